@@ -1,0 +1,201 @@
+"""The one attention layer every experiment varies: MHA, GQA and MQA with a free head width.
+
+    head_i = softmax(Q_i K_g(i)^T / sqrt(d_head)) V_g(i),   g(i) = i // (n_heads // n_kv_heads)
+    out    = Concat(gate_1 head_1, ..., gate_h head_h) W^O
+
+n_kv_heads = n_heads is MHA, 1 is MQA, any other divisor is GQA (contiguous groups, as in HF `repeat_kv`).
+d_head is free (Bhojanapalli et al. 2020); d_model // n_heads is only the default.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from mhalab.errors import ConfigError
+
+BACKENDS = ("sdpa", "math")
+
+
+class KVCache:
+    """A preallocated key/value cache for incremental (causal) decoding of one layer.
+
+    Holds (B, n_kv_heads, max_len, d_head) keys and values; `update` writes the new ones at the
+    current length and returns views of everything cached so far.
+    """
+
+    def __init__(self, batch_size: int, n_kv_heads: int, max_len: int, d_head: int,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
+        shape = (batch_size, n_kv_heads, max_len, d_head)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.length = 0
+
+    @property
+    def max_len(self) -> int:
+        return self.k.shape[2]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the filled part of the cache."""
+        B, G, _, D = self.k.shape
+        return 2 * B * G * self.length * D * self.k.element_size()
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        T = k.shape[2]
+        if self.length + T > self.max_len:
+            raise ValueError(f"KVCache: {self.length + T} positions exceed max_len={self.max_len}")
+        self.k[:, :, self.length:self.length + T] = k
+        self.v[:, :, self.length:self.length + T] = v
+        self.length += T
+        return self.k[:, :, :self.length], self.v[:, :, :self.length]
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary position embedding (RoFormer, GPT-NeoX layout). x: (B, H, T, D); cos, sin: (T, D)."""
+    return x * cos + rotate_half(x) * sin
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with n_heads query heads and n_kv_heads shared key/value heads.
+
+    Args:
+        d_model: width of the input and output.
+        n_heads: number of query heads.
+        n_kv_heads: number of key/value heads; None = n_heads (MHA), 1 = MQA, a divisor = GQA.
+        d_head: width of each head; None = d_model // n_heads.
+        bias: bias in the four projections.
+        dropout: dropout on the attention weights (training only).
+        backend: "sdpa" (torch scaled_dot_product_attention, fast) or "math" (explicit softmax).
+
+    `head_gate` (n_heads,) is a buffer of ones multiplying each head's output before `out_proj`:
+    a 0 removes that head exactly. For head importance (Michel et al. 2019) call
+    `head_gate.requires_grad_(True)`; dL/d head_gate then comes back from autograd.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, d_head: int | None = None,
+                 bias: bool = True, dropout: float = 0.0, backend: str = "sdpa"):
+        super().__init__()
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        for name, value in (("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"{name}={value!r}: {name} must be a positive integer")
+        if n_heads % n_kv_heads:
+            raise ConfigError(f"n_kv_heads={n_kv_heads} with n_heads={n_heads}: n_kv_heads must divide n_heads")
+        if d_head is None:
+            if d_model % n_heads:
+                raise ConfigError(f"d_head=None with d_model={d_model}, n_heads={n_heads}: d_model must be "
+                                  "divisible by n_heads, or give d_head explicitly")
+            d_head = d_model // n_heads
+        if not isinstance(d_head, int) or isinstance(d_head, bool) or d_head <= 0:
+            raise ConfigError(f"d_head={d_head!r}: d_head must be a positive integer (or None for d_model // n_heads)")
+        if backend not in BACKENDS:
+            raise ConfigError(f"backend={backend!r}: backend must be one of {', '.join(BACKENDS)}")
+        if not 0.0 <= dropout < 1.0:
+            raise ConfigError(f"dropout={dropout!r}: dropout must be in [0, 1)")
+        self.d_model, self.n_heads, self.n_kv_heads, self.d_head = d_model, n_heads, n_kv_heads, d_head
+        self.backend, self.dropout = backend, dropout
+        self.q_proj = nn.Linear(d_model, n_heads * d_head, bias=bias)
+        self.k_proj = nn.Linear(d_model, n_kv_heads * d_head, bias=bias)
+        self.v_proj = nn.Linear(d_model, n_kv_heads * d_head, bias=bias)
+        self.out_proj = nn.Linear(n_heads * d_head, d_model, bias=bias)
+        self.register_buffer("head_gate", torch.ones(n_heads))
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per KV head."""
+        return self.n_heads // self.n_kv_heads
+
+    def kv_head_of(self, head: int) -> int:
+        """The KV head that query head `head` reads."""
+        return head // self.group_size
+
+    def extra_repr(self) -> str:
+        return (f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
+                f"d_head={self.d_head}, backend={self.backend!r}")
+
+    def forward(self, x: Tensor, kv: Tensor | None = None, key_padding_mask: Tensor | None = None,
+                causal: bool = False, need_weights: bool = False, rotary: tuple[Tensor, Tensor] | None = None,
+                cache: KVCache | None = None) -> tuple[Tensor, Tensor | None]:
+        """Attend from x (B, T, d_model) to kv (B, S, d_model; default x).
+
+        key_padding_mask: (B, S) bool, True = padding (PyTorch's convention); with a cache, S counts every
+            cached position. causal: query t sees keys <= t (offset by what the cache already holds).
+        rotary: (cos, sin), each (S_total, d_head), applied to queries and keys at their positions.
+        cache: a KVCache; new keys/values are appended and attention runs over all cached ones.
+        Returns (out (B, T, d_model), weights (B, n_heads, T, S) if need_weights else None).
+        """
+        B, T, _ = x.shape
+        kv = x if kv is None else kv
+        past = cache.length if cache is not None else 0
+        q = self.q_proj(x).view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, D)
+        k = self.k_proj(kv).view(B, kv.shape[1], self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, G, S, D)
+        v = self.v_proj(kv).view(B, kv.shape[1], self.n_kv_heads, self.d_head).transpose(1, 2)  # (B, G, S, D)
+        if rotary is not None:
+            cos, sin = rotary
+            q = apply_rotary(q, cos[past:past + T], sin[past:past + T])
+            k = apply_rotary(k, cos[past:past + k.shape[2]], sin[past:past + k.shape[2]])
+        if cache is not None:
+            k, v = cache.update(k, v)  # (B, G, past + T, D)
+        S = k.shape[2]
+        mask = self._mask(key_padding_mask, causal, B, T, S, past, x.device)  # (B|1, 1, T|1, S) bool or None
+        dropout_p = self.dropout if self.training else 0.0
+
+        if need_weights or self.backend == "math":
+            y, weights = self._math_attention(q, k, v, mask, dropout_p)
+            weights = weights if need_weights else None
+        else:
+            # GQA: enable_gqa, chosen by measurement (scripts/measure_gqa_sdpa.py; 2-core CPU, torch 2.13, B=4,
+            # n_heads=16, n_kv_heads=2, T=2048, d_head=64): with a padding mask 387 ms / +39 MiB peak RSS against
+            # 405 ms / +105 MiB for repeat_interleave, whose extra is the (B, H, S, D) copy of K and V. Both stay on the
+            # fused kernel with a mask (a materialised (B, H, T, S) score matrix would be 1 GiB).
+            plain_causal = causal and key_padding_mask is None and past == 0 and T == S
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=None if plain_causal else mask,
+                                               is_causal=plain_causal, dropout_p=dropout_p,
+                                               enable_gqa=self.n_kv_heads != self.n_heads)  # (B, H, T, D)
+            weights = None
+        if mask is not None:
+            # A query row with every key masked (e.g. an all-padding sequence) gives NaN; zero it so it stays inert.
+            y = y.nan_to_num(0.0)
+        y = y * self.head_gate.view(1, -1, 1, 1).to(y.dtype)  # (B, H, T, D)
+        y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.d_head)  # (B, T, H*D)
+        return self.out_proj(y), weights
+
+    def _mask(self, key_padding_mask: Tensor | None, causal: bool, B: int, T: int, S: int, past: int,
+              device: torch.device) -> Tensor | None:
+        """Boolean mask, True = may attend, broadcastable to (B, H, T, S); None when nothing is masked."""
+        mask = None
+        if key_padding_mask is not None:
+            if key_padding_mask.dtype != torch.bool or key_padding_mask.shape != (B, S):
+                raise ValueError(f"key_padding_mask must be a bool tensor of shape (B, S) = ({B}, {S}), "
+                                 f"got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
+            mask = ~key_padding_mask.view(B, 1, 1, S)  # (B, 1, 1, S)
+        if causal and not (T == 1 and past == S - 1):  # a single new token at the end sees everything
+            rows = torch.arange(past, past + T, device=device).view(T, 1)
+            allowed = torch.arange(S, device=device).view(1, S) <= rows  # (T, S)
+            allowed = allowed.view(1, 1, T, S)
+            mask = allowed if mask is None else mask & allowed  # (B, 1, T, S)
+        return mask
+
+    def _math_attention(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+                        dropout_p: float) -> tuple[Tensor, Tensor]:
+        """Explicit softmax attention; returns (y (B, H, T, D), weights (B, H, T, S))."""
+        if self.group_size > 1:
+            k = k.repeat_interleave(self.group_size, dim=1)  # (B, H, S, D)
+            v = v.repeat_interleave(self.group_size, dim=1)  # (B, H, S, D)
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.d_head))  # (B, H, T, S)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)  # (B, H, T, S)
+        if mask is not None:
+            weights = weights.nan_to_num(0.0)  # rows with no valid key
+        attn = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+        return attn @ v, weights  # (B, H, T, D), (B, H, T, S)
