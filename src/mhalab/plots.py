@@ -1,0 +1,140 @@
+"""Figures of attention heads: attention-map grids and layer x head statistic heatmaps.
+
+Figures are built as `matplotlib.figure.Figure` objects and saved with the Agg canvas: no pyplot state, no
+display and no global backend switch (safe to import from a notebook).
+CLI: `python -m mhalab.plots <run_dir> [--out DIR]` redraws the heatmaps from <run_dir>/summary.json.
+"""
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import seaborn as sns
+import torch
+from matplotlib.figure import Figure
+
+from mhalab.errors import ConfigError
+from mhalab.stats import layer_head_matrix
+
+# stats that live in [0, 1] share a fixed colour scale
+_UNIT_STATS = {"entropy_norm", "confidence", "first_token", "self", "prev", "next"}
+
+
+def attention_figure(weights_per_layer, tokens, max_tokens: int = 48, pad_token: str | None = None) -> Figure:
+    """Grid of attention maps for one example: layers as rows, heads as columns, panels titled L{l}H{h}.
+
+    weights_per_layer: one (H, T, T) tensor per layer. tokens: T strings; positions whose token equals
+    `pad_token`, and positions past len(tokens), are dropped, then the first `max_tokens` are kept.
+    """
+    if not weights_per_layer:
+        raise ValueError("weights_per_layer is empty")
+    keep = [i for i, t in enumerate(tokens) if pad_token is None or t != pad_token][:max_tokens]
+    labels = [str(tokens[i]) for i in keep]
+    idx = torch.tensor(keep, dtype=torch.long)
+    n_layers, n_heads = len(weights_per_layer), weights_per_layer[0].shape[0]
+    n = len(keep)
+    panel = min(5.0, max(2.5, 0.1 * n))  # inches per panel
+    font = max(3.0, min(8.0, 300.0 / max(n, 1)))
+    fig = Figure(figsize=(panel * n_heads + 1.0, panel * n_layers), layout="constrained")
+    axes = fig.subplots(n_layers, n_heads, squeeze=False)
+    for layer, w in enumerate(weights_per_layer):
+        w = w.detach().float().cpu()[:, idx][:, :, idx]  # (H, n, n)
+        for h in range(n_heads):
+            ax = axes[layer, h]
+            sns.heatmap(w[h].numpy(), ax=ax, vmin=0.0, vmax=1.0, cmap="viridis", cbar=False, square=True,
+                        xticklabels=labels, yticklabels=labels)
+            ax.set_title(f"L{layer}H{h}", fontsize=10)
+            ax.tick_params(labelsize=font, length=0)
+            ax.set_xlabel("key" if layer == n_layers - 1 else "")
+            ax.set_ylabel("query" if h == 0 else "")
+    fig.colorbar(axes[0, 0].collections[0], ax=axes, shrink=0.6, label="attention weight")
+    return fig
+
+
+def plot_attention_maps(weights_per_layer, tokens, path, max_tokens: int = 48, pad_token: str | None = None) -> Path:
+    """Save the attention_figure grid (rows = query, columns = key) as a PNG; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    attention_figure(weights_per_layer, tokens, max_tokens, pad_token).savefig(path, dpi=100)
+    return path
+
+
+def stat_figure(table: dict[str, dict[str, float]], stat: str) -> Figure:
+    """Annotated layer x head heatmap of one statistic (rows L0.., columns H0..)."""
+    m = layer_head_matrix(table, stat).numpy()  # (n_layers, n_heads)
+    n_layers, n_heads = m.shape
+    fig = Figure(figsize=(1.0 + 0.7 * n_heads, 0.8 + 0.5 * n_layers), layout="constrained")
+    ax = fig.subplots()
+    unit = stat in _UNIT_STATS
+    sns.heatmap(m, ax=ax, annot=True, fmt=".2f", annot_kws={"fontsize": 7},
+                cmap="magma" if stat == "importance" else "viridis",
+                vmin=0.0 if unit else None, vmax=1.0 if unit else None,
+                xticklabels=[f"H{h}" for h in range(n_heads)], yticklabels=[f"L{i}" for i in range(n_layers)])
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_title("head importance |dL/d gate|" if stat == "importance" else stat)
+    ax.tick_params(axis="y", rotation=0)
+    return fig
+
+
+def plot_stat_heatmaps(table: dict[str, dict[str, float]], out_dir, stats=None) -> list[Path]:
+    """Save one heatmap per statistic as out_dir/stat_{name}.png (plus stat_importance.png when present).
+
+    stats: names to draw; None draws every statistic in the table.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    present = list(dict.fromkeys(k for row in table.values() for k in row))
+    names = present if stats is None else list(stats)
+    if "importance" in present and "importance" not in names:
+        names.append("importance")
+    paths = []
+    for name in names:
+        path = out_dir / f"stat_{name}.png"
+        stat_figure(table, name).savefig(path, dpi=120)
+        paths.append(path)
+    return paths
+
+
+def load_summary_table(run_dir) -> dict[str, dict[str, float]]:
+    """Head table from <run_dir>/summary.json: "head_stats" merged with "head_importance" (as "importance")."""
+    path = Path(run_dir) / "summary.json"
+    if not path.is_file():
+        raise ConfigError(f"cannot redraw plots: {path} does not exist (run training or evaluation first).")
+    try:
+        summary = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"cannot redraw plots: {path} is not valid JSON ({e}).") from e
+    if not isinstance(summary.get("head_stats"), dict) or not summary["head_stats"]:
+        raise ConfigError(f"cannot redraw plots: {path} has no 'head_stats' table.")
+    table = {label: dict(row) for label, row in summary["head_stats"].items()}
+    for label, value in (summary.get("head_importance") or {}).items():
+        if value is not None and not (isinstance(value, float) and math.isnan(value)):
+            table.setdefault(label, {})["importance"] = float(value)
+    return table
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m mhalab.plots", description="Redraw head-statistic heatmaps of a run.")
+    p.add_argument("run_dir", type=Path, help="run directory holding summary.json")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default: <run_dir>/plots)")
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    out = args.out if args.out is not None else args.run_dir / "plots"
+    try:
+        paths = plot_stat_heatmaps(load_summary_table(args.run_dir), out)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for path in paths:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

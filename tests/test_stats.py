@@ -1,0 +1,229 @@
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from mhalab.stats import (
+    STAT_NAMES,
+    head_importance,
+    head_similarity,
+    head_stats,
+    kv_group_similarity,
+    layer_head_matrix,
+    stats_table,
+)
+
+
+def one_hot_rows(targets, S):
+    """(T, S) attention with row i one-hot on key targets[i]."""
+    a = torch.zeros(len(targets), S)
+    a[torch.arange(len(targets)), torch.tensor(targets)] = 1.0
+    return a
+
+
+def close(x, y):
+    return torch.allclose(torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32), atol=1e-5)
+
+
+# ---------------------------------------------------------------- head_stats
+
+
+def test_keys_and_shapes():
+    s = head_stats(torch.full((2, 3, 5, 5), 0.2))
+    assert set(s) == set(STAT_NAMES)
+    assert all(v.shape == (3,) and v.dtype == torch.float32 for v in s.values())
+
+
+def test_uniform_rows():
+    T = 4
+    s = head_stats(torch.full((1, 1, T, T), 1 / T))
+    assert close(s["entropy"], [math.log(4)])
+    assert close(s["entropy_norm"], [1.0])
+    assert close(s["confidence"], [0.25])
+    assert close(s["distance"], [1.25])  # rows: 1.5, 1, 1, 1.5
+    assert close(s["first_token"], [0.25])
+    assert close(s["self"], [0.25])
+    assert close(s["prev"], [3 / 16])  # row 0 has no previous key
+    assert close(s["next"], [3 / 16])  # row 3 has no next key
+
+
+def test_uniform_rows_with_padding_keys_and_queries():
+    # example 0: 4 valid positions; example 1: 2 valid + 2 padding. Padding queries get a one-hot row that
+    # would pull the entropy average down if they were counted.
+    a = torch.zeros(2, 1, 4, 4)
+    a[0, 0] = 0.25
+    a[1, 0, :, :2] = 0.5
+    a[1, 0, 2:] = one_hot_rows([0, 0], 4)
+    mask = torch.tensor([[False] * 4, [False, False, True, True]])
+    s = head_stats(a, mask)
+    assert close(s["entropy"], [(4 * math.log(4) + 2 * math.log(2)) / 6])
+    assert close(s["entropy_norm"], [1.0])  # the ln uses each row's own valid count
+    assert close(s["next"], [(3 * 0.25 + 0.5 + 0.0) / 6])  # a[1, 1, 2] is padding -> 0
+    unmasked = head_stats(a)  # counting the padding queries changes the value
+    assert not close(unmasked["entropy"], s["entropy"])
+
+
+def test_one_hot_heads():
+    T = 4
+    a = torch.stack([
+        one_hot_rows([0, 1, 2, 3], T),  # self
+        one_hot_rows([0, 0, 1, 2], T),  # previous token, row 0 on itself
+        one_hot_rows([0, 0, 0, 0], T),  # first token
+    ])[None]  # (1, 3, T, T)
+    s = head_stats(a)
+    assert close(s["entropy"], [0, 0, 0])
+    assert close(s["entropy_norm"], [0, 0, 0])
+    assert close(s["confidence"], [1, 1, 1])
+    assert close(s["self"], [1, 0.25, 0.25])
+    assert close(s["prev"], [0, 0.75, 0.25])
+    assert close(s["next"], [0, 0, 0])
+    assert close(s["first_token"], [0.25, 0.5, 1])
+    assert close(s["distance"], [0, 0.75, 1.5])  # first token: (0 + 1 + 2 + 3) / 4
+    assert close(s["argmax_distance"], [0, 0.75, 1.5])
+
+
+def test_next_head():
+    s = head_stats(one_hot_rows([1, 2, 3, 3], 4)[None, None])  # last row on itself
+    assert close(s["next"], [0.75])
+    assert close(s["self"], [0.25])
+
+
+def test_mixed_rows_distance_vs_argmax():
+    a = torch.tensor([[0.6, 0.4, 0.0],
+                      [0.2, 0.3, 0.5],
+                      [0.1, 0.5, 0.4]])[None, None]
+    s = head_stats(a)
+    assert close(s["distance"], [(0.4 + 0.7 + 0.7) / 3])
+    assert close(s["argmax_distance"], [(0 + 1 + 1) / 3])
+    assert close(s["confidence"], [(0.6 + 0.5 + 0.5) / 3])
+
+
+def test_causal_entropy_norm_and_bf16():
+    a = torch.tensor([[1.0, 0.0, 0.0],
+                      [0.5, 0.5, 0.0],
+                      [1 / 3, 1 / 3, 1 / 3]])[None, None]
+    assert close(head_stats(a, causal=True)["entropy_norm"], [2 / 3])  # row 0 has one valid key -> 0
+    assert close(head_stats(a)["entropy_norm"], [(0 + math.log(2) / math.log(3) + 1) / 3])
+    s = head_stats(a.to(torch.bfloat16), causal=True)
+    assert s["entropy"].dtype == torch.float32
+    assert torch.allclose(s["entropy"], torch.tensor([(math.log(2) + math.log(3)) / 3]), atol=1e-2)
+
+
+# ---------------------------------------------------------------- head_similarity
+
+
+def test_head_similarity():
+    T = 4
+    uniform = torch.full((T, T), 1 / T)
+    a = torch.stack([uniform, uniform, one_hot_rows([0, 1, 2, 3], T), one_hot_rows([1, 2, 3, 0], T)])[None]
+    sim = head_similarity(a)
+    assert sim.shape == (4, 4)
+    assert torch.equal(sim, sim.T)
+    assert close(sim.diagonal(), [0] * 4)
+    assert close(sim[0, 1], 0.0)  # identical heads
+    assert close(sim[2, 3], math.log(2))  # disjoint one-hot heads
+    m = torch.tensor([5 / 8, 1 / 8, 1 / 8, 1 / 8])  # uniform vs one-hot: H(M) - (ln 4 + 0) / 2
+    assert close(sim[0, 2], -(m * m.log()).sum() - 0.5 * math.log(4))
+
+
+def test_head_similarity_skips_padding_queries():
+    a = torch.stack([one_hot_rows([0, 1, 0], 3), one_hot_rows([1, 0, 0], 3)])[None]  # row 2 identical
+    mask = torch.tensor([[False, False, True]])
+    a[0, :, :, 2] = 0.0
+    assert close(head_similarity(a, mask)[0, 1], math.log(2))
+    assert close(head_similarity(a)[0, 1], 2 / 3 * math.log(2))
+
+
+# ---------------------------------------------------------------- kv_group_similarity
+
+
+def test_kv_group_similarity():
+    sim = torch.tensor([[0.0, 0.1, 0.5, 0.6],
+                        [0.1, 0.0, 0.6, 0.7],
+                        [0.5, 0.6, 0.0, 0.3],
+                        [0.6, 0.7, 0.3, 0.0]])
+    out = kv_group_similarity(sim, n_kv_heads=2)  # groups {0, 1}, {2, 3}
+    assert out["within_group_jsd"] == pytest.approx(0.2)
+    assert out["between_group_jsd"] == pytest.approx(0.6)
+    assert out["per_group"] == pytest.approx([0.1, 0.3])
+    mha = kv_group_similarity(sim, n_kv_heads=4)
+    assert math.isnan(mha["within_group_jsd"]) and mha["between_group_jsd"] == pytest.approx(2.8 / 6)
+    mqa = kv_group_similarity(sim, n_kv_heads=1)
+    assert math.isnan(mqa["between_group_jsd"]) and mqa["within_group_jsd"] == pytest.approx(2.8 / 6)
+    with pytest.raises(ValueError):
+        kv_group_similarity(sim, n_kv_heads=3)
+
+
+# ---------------------------------------------------------------- head_importance
+
+
+class FakeAttention(nn.Module):
+    def __init__(self, n_heads):
+        super().__init__()
+        self.register_buffer("head_gate", torch.ones(n_heads))
+
+
+class FakeModel(nn.Module):
+    """Two layers of 3 heads; head h of layer l outputs gate[l, h] * x[:, h], combined with weights v[l, h]."""
+
+    def __init__(self, v):
+        super().__init__()
+        self.layers = nn.ModuleList([FakeAttention(3), FakeAttention(3)])
+        self.v = nn.Parameter(torch.as_tensor(v, dtype=torch.float32))  # (2, 3)
+
+    def attention_layers(self):
+        return list(self.layers)
+
+    def forward(self, x):  # (N, 3) -> scalar
+        return sum((self.v[l] * layer.head_gate * x).sum() for l, layer in enumerate(self.layers))
+
+
+def loss_fn(model, batch):
+    return model(batch)
+
+
+# dL/dgate[l, h] = v[l, h] * x[:, h].sum(): batch sums are +2 and -4 per head, so E|grad| = 3 |v|
+BATCHES = [torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]), torch.tensor([[-4.0, -4.0, -4.0]])]
+
+
+def test_head_importance_linear():
+    model = FakeModel([[3.0, 0.0, -4.0], [0.0, 0.0, 0.0]])
+    imp = head_importance(model, BATCHES, loss_fn, normalize=False)
+    assert close(imp, [[9.0, 0.0, 12.0], [0.0, 0.0, 0.0]])  # head (0, 1) contributes nothing -> 0
+    assert all(not layer.head_gate.requires_grad for layer in model.layers)
+    assert model.v.grad is None
+
+
+def test_head_importance_normalized():
+    model = FakeModel([[3.0, 0.0, -4.0], [1.0, 2.0, 2.0]])
+    imp = head_importance(model, BATCHES, loss_fn)
+    assert close(imp, [[0.6, 0.0, 0.8], [1 / 3, 2 / 3, 2 / 3]])
+    assert close(imp.norm(dim=-1), [1.0, 1.0])
+    zero = head_importance(FakeModel(torch.zeros(2, 3)), BATCHES, loss_fn)  # no divide-by-zero
+    assert torch.equal(zero, torch.zeros(2, 3))
+
+
+def test_head_importance_restores_on_error():
+    model = FakeModel(torch.ones(2, 3))
+
+    def bad_loss(model, batch):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        head_importance(model, BATCHES, bad_loss)
+    assert all(not layer.head_gate.requires_grad for layer in model.layers)
+
+
+# ---------------------------------------------------------------- tables
+
+
+def test_stats_table_round_trip():
+    per_layer = [{"entropy": torch.tensor([1.0, 2.0]), "self": torch.tensor([0.1, 0.2])},
+                 {"entropy": torch.tensor([3.0, 4.0]), "self": torch.tensor([0.3, 0.4])}]
+    table = stats_table(per_layer)
+    assert list(table) == ["L0H0", "L0H1", "L1H0", "L1H1"]
+    assert table["L1H0"] == pytest.approx({"entropy": 3.0, "self": 0.3})
+    assert torch.equal(layer_head_matrix(table, "entropy"), torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    with pytest.raises(KeyError):
+        layer_head_matrix(table, "importance")
