@@ -1,0 +1,132 @@
+"""``TextDataModule``: one LightningDataModule for every task, and ``build_datamodule`` to make it from config."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from mhalab.data import preprocessing
+from mhalab.data.collate import EVAL_MASK_SEEDS, CausalLMCollator, ClassificationCollator, MLMCollator
+from mhalab.data.config import DataConfig
+from mhalab.data.tokenization import Tokenizer
+
+
+class TextDataModule(L.LightningDataModule):
+    """Tokenized train/validation/test splits of one task and their loaders.
+
+    ``prepare_data()`` builds the on-disk cache if it is missing; ``setup()`` reads it (building it
+    first when ``prepare_data`` was not called) and is a no-op the second time.
+    """
+
+    def __init__(self, cfg: DataConfig, batch_size: int | None = None, seed: int = 0) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.task = cfg.task
+        self.objective = cfg.objective
+        self.causal = cfg.objective == "clm"
+        self.max_len = cfg.max_len
+        self.batch_size = batch_size or cfg.batch_size
+        self.seed = seed
+        self.datasets: dict | None = None  # split -> tokenized Dataset (torch format), after setup()
+        self.tokenizer: Tokenizer | None = None
+        self._token_bytes: torch.Tensor | None = None
+        self.n_classes: int | None = cfg.n_labels
+        self.label_names: list[str] | None = cfg.label_names
+
+    # -- Lightning hooks -------------------------------------------------------------------------
+    def prepare_data(self) -> None:
+        preprocessing.prepare(self.cfg)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets is not None:
+            return
+        folder = preprocessing.prepare(self.cfg)  # returns at once when the cache exists
+        data, tok, meta = preprocessing.load_cached(self.cfg, folder)
+        self.datasets = {split: ds.with_format("torch") for split, ds in data.items()}
+        self.tokenizer = tok
+        self.n_classes, self.label_names = meta["n_classes"], meta["label_names"]
+
+    # -- vocabulary facts --------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return self._tok.vocab_size
+
+    @property
+    def pad_id(self) -> int:
+        return self._tok.pad_id
+
+    @property
+    def cls_id(self) -> int:
+        return self._tok.cls_id
+
+    @property
+    def mask_id(self) -> int:
+        return self._tok.mask_id
+
+    @property
+    def sep_id(self) -> int:
+        return self._tok.sep_id
+
+    @property
+    def token_bytes(self) -> torch.Tensor:
+        """LongTensor (vocab_size,): UTF-8 byte length of each token, 0 for special tokens (for bits per byte)."""
+        if self._token_bytes is None:
+            self._token_bytes = self._tok.token_bytes()
+        return self._token_bytes
+
+    def decode(self, ids) -> list[str]:
+        """One readable token string per id (for plot tick labels)."""
+        return self._tok.decode(ids)
+
+    @property
+    def _tok(self) -> Tokenizer:
+        if self.tokenizer is None:
+            raise RuntimeError("call setup() on the data module first")
+        return self.tokenizer
+
+    # -- loaders -----------------------------------------------------------------------------------
+    def collate_fn(self, split: str):
+        """The batch builder for ``split`` (MLM masks are random for train, fixed for validation/test)."""
+        tok = self._tok
+        if self.objective == "classification":
+            return ClassificationCollator(tok.pad_id)
+        if self.objective == "clm":
+            return CausalLMCollator(tok.pad_id)
+        return MLMCollator(
+            tok.pad_id, tok.mask_id, tok.n_special, tok.vocab_size, self.cfg.mlm_probability,
+            eval_seed=EVAL_MASK_SEEDS.get(split),
+        )
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        workers = self.cfg.num_workers
+        return DataLoader(
+            self.datasets[split],
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            generator=torch.Generator().manual_seed(self.seed) if shuffle else None,
+            collate_fn=self.collate_fn(split),
+            num_workers=workers,
+            persistent_workers=workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("validation", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+    def probe_batch(self, n: int = 8) -> dict[str, torch.Tensor]:
+        """The first ``n`` validation examples as one batch; the same on every call."""
+        val = self.datasets["validation"]
+        return self.collate_fn("validation")([val[i] for i in range(min(n, len(val)))])
+
+
+def build_datamodule(cfg: Any, batch_size: int | None = None, seed: int = 0) -> TextDataModule:
+    """A ``TextDataModule`` from the ``data`` config node (DictConfig or dict); call prepare_data/setup next."""
+    return TextDataModule(DataConfig.from_any(cfg), batch_size=batch_size, seed=seed)

@@ -1,0 +1,159 @@
+"""Raw splits -> token ids, cached on disk under ``cache_dir`` and keyed by everything that changes them.
+
+Classification: one example per row, ``[CLS] + tokens`` cut to ``max_len``.
+Language modelling (mlm/clm): within each split the documents are joined, each followed by ``[SEP]``,
+and the stream is cut into consecutive windows of ``max_len`` tokens (the last one may be shorter).
+Documents never cross splits because the splits are made on documents first.
+
+Cache layout: ``<cache_dir>/mhalab_data/<task>-<key>/`` with ``dataset/`` (``DatasetDict.save_to_disk``),
+``meta.json`` and, for BPE, ``tokenizer.json``.  It is written to a temporary folder and renamed, so a
+half-written cache is never read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+from datasets import Dataset, DatasetDict, Features, List, Value, load_from_disk
+from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+from mhalab.data.config import DataConfig
+from mhalab.data.local_files import normalize_path
+from mhalab.data.sources import load_raw
+from mhalab.data.tokenization import BpeTokenizer, ByteTokenizer, ListOpsTokenizer, Tokenizer
+
+CACHE_VERSION = 1  # bump when the processing below changes
+
+
+def cache_key(cfg: DataConfig) -> str:
+    """A short hash of every setting that changes the token ids (not batch size, workers or masking rate)."""
+    keys = ["task", "objective", "tokenizer", "max_len", "val_fraction", "test_fraction", "split_seed",
+            "text_column", "label_column", "n_classes", "limit"]
+    parts = {k: getattr(cfg, k) for k in keys}
+    parts["version"] = CACHE_VERSION
+    parts["source"] = [cfg.info.hub_repo, cfg.info.hub_config]
+    if cfg.tokenizer == "bpe":
+        parts["vocab_size"] = cfg.vocab_size
+    if cfg.task == "listops" and cfg.path is None:
+        parts["listops"] = asdict(cfg.listops)
+    if cfg.path is not None:
+        files = normalize_path(cfg.path)
+        parts["path"] = {
+            split: [[f, os.stat(f).st_size, os.stat(f).st_mtime_ns] if os.path.isfile(f) else [f] for f in fs]
+            for split, fs in files.items()
+        }
+    blob = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def cache_path(cfg: DataConfig) -> Path:
+    return Path(cfg.cache_dir) / "mhalab_data" / f"{cfg.task}-{cache_key(cfg)}"
+
+
+def make_tokenizer(cfg: DataConfig, train: Dataset) -> Tokenizer:
+    """The configured tokenizer; BPE is trained on the training split only."""
+    if cfg.tokenizer == "listops":
+        return ListOpsTokenizer()
+    if cfg.tokenizer == "bpe":
+        texts = (batch["text"] for batch in train.iter(batch_size=1000))
+        return BpeTokenizer.train((t for batch in texts for t in batch), cfg.vocab_size)
+    return ByteTokenizer()
+
+
+def load_tokenizer(cfg: DataConfig, folder: Path) -> Tokenizer:
+    if cfg.tokenizer == "bpe":
+        return BpeTokenizer.load(str(folder / "tokenizer.json"))
+    return ListOpsTokenizer() if cfg.tokenizer == "listops" else ByteTokenizer()
+
+
+FEATURES = {
+    "classification": Features({"input_ids": List(Value("int32")), "label": Value("int64"), "idx": Value("int64")}),
+    "lm": Features({"input_ids": List(Value("int32")), "idx": Value("int64")}),
+}
+
+
+def tokenize_classification(ds: Dataset, tok: Tokenizer, max_len: int) -> Dataset:
+    """``[CLS] + tokens`` truncated to ``max_len``, with the label and the row index ``idx``."""
+    ids = [[tok.cls_id] + t[: max_len - 1] for t in _encode_all(ds, tok)]
+    return Dataset.from_dict(
+        {"input_ids": ids, "label": list(ds["label"]), "idx": list(range(len(ids)))},
+        features=FEATURES["classification"],
+    )
+
+
+def tokenize_lm(ds: Dataset, tok: Tokenizer, max_len: int) -> Dataset:
+    """The split's documents joined with ``[SEP]`` after each, cut into windows of ``max_len`` tokens."""
+    docs = [np.asarray([*ids, tok.sep_id], dtype=np.int32) for ids in _encode_all(ds, tok)]
+    stream = np.concatenate(docs) if docs else np.zeros(0, dtype=np.int32)
+    windows = [stream[i : i + max_len] for i in range(0, len(stream), max_len)]
+    return Dataset.from_dict({"input_ids": windows, "idx": list(range(len(windows)))}, features=FEATURES["lm"])
+
+
+def _encode_all(ds: Dataset, tok: Tokenizer) -> list[list[int]]:
+    return [ids for batch in ds.iter(batch_size=1000) for ids in tok.encode_batch(batch["text"])]
+
+
+def build(cfg: DataConfig) -> tuple[DatasetDict, Tokenizer, dict]:
+    """Load the raw splits, fit the tokenizer and tokenize (no cache involved)."""
+    raw = load_raw(cfg)
+    tok = make_tokenizer(cfg, raw["train"])
+    encode = tokenize_classification if cfg.objective == "classification" else tokenize_lm
+    data = DatasetDict({split: encode(ds, tok, cfg.max_len) for split, ds in raw.items()})
+    if cfg.limit is not None:
+        data = DatasetDict({s: ds.select(range(min(cfg.limit, len(ds)))) for s, ds in data.items()})
+    meta = {
+        "label_names": cfg.label_names,
+        "n_classes": cfg.n_labels,
+        "n_documents": {split: len(ds) for split, ds in raw.items()},
+    }
+    return data, tok, meta
+
+
+@contextlib.contextmanager
+def quiet_progress():
+    """Hide the ``datasets`` progress bars (map, filter, save) for the duration."""
+    was_disabled = are_progress_bars_disabled()
+    disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not was_disabled:
+            enable_progress_bars()
+
+
+def prepare(cfg: DataConfig) -> Path:
+    """Make sure the cache for ``cfg`` exists (build and write it if not); return its folder."""
+    folder = cache_path(cfg)
+    if (folder / "meta.json").exists():
+        return folder
+    with quiet_progress():
+        _write(cfg, folder)
+    return folder
+
+
+def _write(cfg: DataConfig, folder: Path) -> None:
+    data, tok, meta = build(cfg)
+    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    data.save_to_disk(str(tmp / "dataset"))
+    if isinstance(tok, BpeTokenizer):
+        tok.save(str(tmp / "tokenizer.json"))
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+    try:
+        os.replace(tmp, folder)
+    except OSError:  # another process finished first: use its copy
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_cached(cfg: DataConfig, folder: Path) -> tuple[DatasetDict, Tokenizer, dict]:
+    """Read what ``prepare`` wrote."""
+    data = load_from_disk(str(folder / "dataset"))
+    meta = json.loads((folder / "meta.json").read_text())
+    return data, load_tokenizer(cfg, folder), meta
