@@ -236,6 +236,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
 def main() -> None:
     os.environ.setdefault("MHALAB_RUN_ID", new_run_id())
+    os.environ.setdefault("MHALAB_ROOT", os.getcwd())
     _hydra_main()
 
 
