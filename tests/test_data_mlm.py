@@ -39,7 +39,7 @@ def test_windows_cover_the_split(dm):
 def test_masking_rate_and_labels(dm):
     val = dm.datasets["validation"]
     examples = [val[i] for i in range(256)]
-    torch.manual_seed(0)  # train masks come from torch's global generator
+    # train masks come from (seed, epoch, idx), so this is reproducible without seeding anything
     batch = dm.collate_fn("train")(examples)
     original = torch.stack([e["input_ids"] for e in examples])
     x, y = batch["input_ids"], batch["labels"]
@@ -76,5 +76,10 @@ def test_validation_masks_fixed_train_masks_random(dm):
     assert torch.equal(dm.probe_batch()["labels"], dm.probe_batch()["labels"])
     test_batch = dm.collate_fn("test")([val[0]])
     assert not torch.equal(test_batch["labels"][0], first["labels"][0]), "test uses its own seed"
-    train = dm.collate_fn("train")
-    assert not torch.equal(train([val[0]])["labels"], train([val[0]])["labels"])
+    train = dm.collate_fn("train")  # masks from (seed, epoch, idx): fresh every epoch, reproducible within one
+    epoch0 = train([val[0]])["labels"]
+    assert torch.equal(train([val[0]])["labels"], epoch0)
+    train.set_epoch(1)
+    assert not torch.equal(train([val[0]])["labels"], epoch0)
+    train.set_epoch(0)
+    assert torch.equal(train([val[0]])["labels"], epoch0)

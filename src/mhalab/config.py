@@ -98,6 +98,9 @@ def validate(cfg: DictConfig) -> None:
         s = _check_keys(cfg.stats, "stats", STATS_KEYS)
         for key in ("every_n_steps", "probe_size", "importance_batches"):
             _number("stats", s, key, int, 1)
+    fault = cfg.get("fault") or {}
+    for key in fault:
+        _number("fault", fault, key, int, 0, optional=True)
     for group in ("logger", "callbacks"):
         for name, node in (cfg.get(group) or {}).items():
             check_target(node, f"{group}.{name}")

@@ -52,6 +52,7 @@ class AttentionLitModule(L.LightningModule):
         self.test_acc = MulticlassAccuracy(n_out, average="micro", ignore_index=-100)
         self.train_loss, self.val_loss, self.test_loss = MeanMetric(), MeanMetric(), MeanMetric()
         self.val_acc_best = MaxMetric()
+        self.val_acc_best.persistent(True)  # saved in checkpoints, so a resumed run keeps its best
         self.is_lm = objective != "classification"
         if self.is_lm:
             tb = torch.tensor(token_bytes if token_bytes is not None else [1] * self.model_cfg.vocab_size)

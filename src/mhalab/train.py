@@ -102,6 +102,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     from mhalab.cost import model_cost
     from mhalab.data import build_datamodule
     from mhalab.module import AttentionLitModule
+    from mhalab.runs import LAST, AtomicCheckpointIO, StepSeed, FaultInjection, wandb_run_id
 
     t_start = time.perf_counter()
     if cfg.get("torch_threads"):
@@ -122,7 +123,18 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     log.info("model: %s parameters, %.3g forward FLOPs/token at n=%d, KV cache %d bytes/token",
              f"{cost['params']:,}", cost["flops_per_token"], dm.max_len, cost["kv_cache_bytes_per_token"])
 
+    ckpt_path = cfg.get("ckpt_path")
+    if cfg.get("resume") and (run_dir / LAST).is_file():
+        ckpt_path = str(run_dir / LAST)
+        log.info("resuming from %s", ckpt_path)
+        if cfg.get("logger") and cfg.logger.get("wandb") and wandb_run_id(run_dir):
+            cfg.logger.wandb.id = wandb_run_id(run_dir)  # continue the same wandb run
+        if cfg.get("logger") and cfg.logger.get("csv"):  # keep the metrics written before the crash
+            cfg.logger.csv.version = f"resumed-{len(list(run_dir.glob('csv/resumed-*'))) + 1}"
     loggers, callbacks = build_loggers_and_callbacks(cfg, run_dir)
+    callbacks.append(StepSeed(cfg.seed))
+    if cfg.get("fault") and any(v is not None for v in cfg.fault.values()):
+        callbacks.append(FaultInjection(**cfg.fault))
     stats_cb = None
     if cfg.get("stats") and cfg.stats.enabled:
         stats_cb = HeadStatsCallback(dm.probe_batch(cfg.stats.probe_size), every_n_steps=cfg.stats.every_n_steps,
@@ -135,10 +147,11 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     for logger in loggers:
         logger.log_hyperparams(hparams)
 
-    trainer = L.Trainer(**OmegaConf.to_container(cfg.trainer, resolve=True), callbacks=callbacks, logger=loggers or False)
+    trainer = L.Trainer(**OmegaConf.to_container(cfg.trainer, resolve=True), callbacks=callbacks,
+                        logger=loggers or False, plugins=[AtomicCheckpointIO()])
     t_fit = time.perf_counter()
     if cfg.get("train", True):
-        trainer.fit(module, datamodule=dm, ckpt_path=cfg.get("ckpt_path"))
+        trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path, weights_only=True)
     fit_s = time.perf_counter() - t_fit
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
 
@@ -208,6 +221,12 @@ def run(cfg: DictConfig) -> float | None:
         if _looks_empty(run_dir):
             shutil.rmtree(run_dir, ignore_errors=True)
         sys.exit(2)
+    except OSError as e:  # disk full, unwritable directory, file too large
+        print(f"error: could not write {e.filename or 'a file'} ({e.strerror or e}); free space or set "
+              "paths.log_dir to a writable directory with room", file=sys.stderr)
+        if multirun:
+            return None
+        sys.exit(1)
     except FloatingPointError as e:
         print(f"error: training stopped: {e}; the last good checkpoint is kept in {run_dir / 'checkpoints'}",
               file=sys.stderr)
@@ -235,8 +254,15 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
 
 def main() -> None:
+    from mhalab.runs import preflight
+
     os.environ.setdefault("MHALAB_RUN_ID", new_run_id())
     os.environ.setdefault("MHALAB_ROOT", os.getcwd())
+    try:
+        sys.argv[1:] = preflight(sys.argv[1:], CONF_DIR)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     _hydra_main()
 
 

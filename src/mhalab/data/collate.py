@@ -50,19 +50,25 @@ class MLMCollator:
     """BERT masking: each non-special token is chosen with ``mlm_probability``; a chosen token becomes
     [MASK] (80%), a random non-special token (10%) or stays (10%); ``labels`` hold the original id there.
 
-    ``eval_seed=None`` (train) draws fresh masks every time from torch's global generator.  With an
-    ``eval_seed`` each example is masked by its own generator seeded with ``eval_seed + idx``, so
-    validation masks are the same in every epoch, run, batch size and worker layout.  Every sequence
+    With an ``eval_seed`` each example is masked by its own generator seeded with ``eval_seed + idx``, so
+    validation masks are the same in every epoch, run, batch size and worker layout.  With a ``train_seed``
+    (and no eval_seed) masks are fresh every epoch but drawn from (train_seed, epoch, idx) alone, so a resumed
+    run masks exactly as an uninterrupted one; ``set_epoch`` is called through the train sampler.  With
+    neither, masks come from torch's global generator.  Every sequence
     with a maskable token gets at least one prediction so that the loss is always defined.
     """
 
     def __init__(
         self, pad_id: int, mask_id: int, n_special: int, vocab_size: int, mlm_probability: float,
-        eval_seed: int | None = None,
+        eval_seed: int | None = None, train_seed: int | None = None,
     ) -> None:
         self.pad_id, self.mask_id, self.n_special, self.vocab_size = pad_id, mask_id, n_special, vocab_size
         self.p = mlm_probability
         self.eval_seed = eval_seed
+        self.train_seed, self.epoch = train_seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
     def mask(self, ids: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Mask one 1-D sequence; return (masked ids, labels)."""
@@ -84,6 +90,8 @@ class MLMCollator:
             gen = None
             if self.eval_seed is not None:
                 gen = torch.Generator().manual_seed(self.eval_seed + int(e["idx"]))
+            elif self.train_seed is not None:
+                gen = torch.Generator().manual_seed(self.train_seed * 1_000_003 + self.epoch * 10_000_019 + int(e["idx"]))
             m, lab = self.mask(e["input_ids"], gen)
             masked.append(m)
             labels.append(lab)

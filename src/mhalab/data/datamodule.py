@@ -12,6 +12,7 @@ from mhalab.data import preprocessing
 from mhalab.data.collate import EVAL_MASK_SEEDS, CausalLMCollator, ClassificationCollator, MLMCollator
 from mhalab.data.config import DataConfig
 from mhalab.data.tokenization import Tokenizer
+from mhalab.runs import EpochShuffleSampler
 
 
 class TextDataModule(L.LightningDataModule):
@@ -97,17 +98,21 @@ class TextDataModule(L.LightningDataModule):
             return CausalLMCollator(tok.pad_id)
         return MLMCollator(
             tok.pad_id, tok.mask_id, tok.n_special, tok.vocab_size, self.cfg.mlm_probability,
-            eval_seed=EVAL_MASK_SEEDS.get(split),
+            eval_seed=EVAL_MASK_SEEDS.get(split), train_seed=self.seed if split == "train" else None,
         )
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         workers = self.cfg.num_workers
+        collate = self.collate_fn(split)
+        sampler = None
+        if shuffle:  # order (and MLM masks) drawn from (seed, epoch) alone: a resumed run sees what an uninterrupted one does
+            sampler = EpochShuffleSampler(len(self.datasets[split]), self.seed,
+                                          on_set_epoch=getattr(collate, "set_epoch", None))
         return DataLoader(
             self.datasets[split],
             batch_size=self.batch_size,
-            shuffle=shuffle,
-            generator=torch.Generator().manual_seed(self.seed) if shuffle else None,
-            collate_fn=self.collate_fn(split),
+            sampler=sampler,
+            collate_fn=collate,
             num_workers=workers,
             persistent_workers=workers > 0,
         )
