@@ -93,13 +93,14 @@ class HeadStatsCallback(L.Callback):
             return
         self.update(pl_module)
         if self.importance:
-            self.importance_table = self.compute_importance(trainer, pl_module)
+            loader = trainer.datamodule.val_dataloader() if trainer.datamodule is not None else None
+            self.importance_table = self.compute_importance(pl_module, loader)
         if self.plots and self.plot_dir is not None:
             self.draw(pl_module)
 
     # --- importance and pictures -------------------------------------------------------------------------
-    def compute_importance(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
-        loader = trainer.datamodule.val_dataloader() if trainer.datamodule is not None else None
+    def compute_importance(self, pl_module: L.LightningModule, loader=None) -> dict[str, float]:
+        """Head importance over the first `importance_batches` batches of loader (default: the probe batch)."""
         batches = []
         for batch in loader or []:
             batches.append({k: v.to(pl_module.device) for k, v in batch.items()})

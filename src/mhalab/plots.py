@@ -43,13 +43,17 @@ def attention_figure(weights_per_layer, tokens, max_tokens: int = 48, pad_token:
         w = w.detach().float().cpu()[:, idx][:, :, idx]  # (H, n, n)
         for h in range(n_heads):
             ax = axes[layer, h]
-            sns.heatmap(w[h].numpy(), ax=ax, vmin=0.0, vmax=1.0, cmap="viridis", cbar=False, square=True,
-                        xticklabels=labels, yticklabels=labels)
-            ax.set_title(f"L{layer}H{h}", fontsize=10)
+            # each panel on its own scale, 0 to its largest weight (as seaborn draws it by default): near-uniform
+            # heads over long sequences have small weights everywhere and would vanish on a shared 0-1 scale
+            vmax = max(float(w[h].max()), 1e-6)
+            sns.heatmap(w[h].numpy(), ax=ax, vmin=0.0, vmax=vmax, cmap="viridis", cbar=True, square=True,
+                        xticklabels=labels, yticklabels=labels, cbar_kws={"shrink": 0.6, "pad": 0.02})
+            ax.collections[0].colorbar.ax.tick_params(labelsize=6)
+            ax.set_title(f"L{layer}H{h} (max {vmax:.2f})", fontsize=10)
             ax.tick_params(labelsize=font, length=0)
             ax.set_xlabel("key" if layer == n_layers - 1 else "")
             ax.set_ylabel("query" if h == 0 else "")
-    fig.colorbar(axes[0, 0].collections[0], ax=axes, shrink=0.6, label="attention weight")
+    fig.suptitle(f"attention weights, first {n} tokens (rows: queries, columns: keys; colour: weight)")
     return fig
 
 
@@ -116,10 +120,44 @@ def load_summary_table(run_dir) -> dict[str, dict[str, float]]:
     return table
 
 
+def attention_maps_from_checkpoint(run_dir, out_dir, checkpoint=None, max_tokens: int = 48) -> Path:
+    """Redraw the probe example's attention maps from a checkpoint of a run (default: its best, else last.ckpt).
+
+    The data task comes from <run_dir>/summary.json's config; the checkpoint is loaded with weights_only=True.
+    """
+    from omegaconf import OmegaConf
+
+    from mhalab.checkpoint import load_module
+    from mhalab.data import build_datamodule
+
+    run_dir = Path(run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    if checkpoint is None:
+        best = (summary.get("checkpoints") or {}).get("best")
+        checkpoint = best if best and Path(best).is_file() else run_dir / "checkpoints" / "last.ckpt"
+    module = load_module(checkpoint)
+    cfg = OmegaConf.create(summary["config"])
+    dm = build_datamodule(cfg.data, seed=cfg.seed)
+    dm.setup("fit")
+    probe = dm.probe_batch(cfg.stats.probe_size if cfg.get("stats") else 8)
+    with torch.no_grad():
+        attentions = module(probe, need_weights=True).attentions  # n_layers x (B, H, T, T)
+    n_valid = int((~probe["padding_mask"][0]).sum())
+    tokens = dm.decode(probe["input_ids"][0, :n_valid].tolist())
+    maps = [w[0, :, :n_valid, :n_valid] for w in attentions]
+    return plot_attention_maps(maps, tokens, Path(out_dir) / "attention_maps.png", max_tokens=max_tokens)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mhalab.plots", description="Redraw head-statistic heatmaps of a run.")
+    p = argparse.ArgumentParser(prog="python -m mhalab.plots",
+                                description="Redraw a run's pictures: head-statistic heatmaps from summary.json, and "
+                                            "attention maps of the probe example from a checkpoint.")
     p.add_argument("run_dir", type=Path, help="run directory holding summary.json")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: <run_dir>/plots)")
+    p.add_argument("--checkpoint", type=Path, default=None,
+                   help="checkpoint for the attention maps (default: the run's best, else checkpoints/last.ckpt)")
+    p.add_argument("--no-maps", action="store_true", help="only the statistic heatmaps, no checkpoint needed")
+    p.add_argument("--max-tokens", type=int, default=48, help="tokens shown in the attention maps")
     return p
 
 
@@ -128,6 +166,9 @@ def main(argv=None) -> int:
     out = args.out if args.out is not None else args.run_dir / "plots"
     try:
         paths = plot_stat_heatmaps(load_summary_table(args.run_dir), out)
+        has_ckpt = args.checkpoint is not None or (args.run_dir / "checkpoints").is_dir()
+        if not args.no_maps and has_ckpt:
+            paths.append(attention_maps_from_checkpoint(args.run_dir, out, args.checkpoint, args.max_tokens))
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
