@@ -38,6 +38,12 @@ def test_bbc_news_run_writes_summary_stats_plots_and_every_logger(run_train, tmp
     assert list((run_dir / "tensorboard").rglob("events.out.tfevents.*"))
     offline = list((run_dir / "wandb").glob("offline-run-*"))
     assert offline and list(offline[0].glob("*.wandb"))
+    # the pictures can be redrawn from summary.json and the checkpoint alone
+    from mhalab.plots import main as plots_main
+
+    assert plots_main([str(run_dir), "--out", str(tmp_path / "redrawn")]) == 0
+    assert (tmp_path / "redrawn" / "attention_maps.png").stat().st_size > 0
+    assert (tmp_path / "redrawn" / "stat_first_token.png").exists()
 
 
 def test_bbc_news_mlm_run_reports_bits_per_byte(run_train, tmp_path):
