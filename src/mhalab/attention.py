@@ -187,15 +187,21 @@ class MultiHeadAttention(nn.Module):
 
     def _math_attention(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
                         dropout_p: float) -> tuple[Tensor, Tensor]:
-        """Explicit softmax attention; returns (y (B, H, T, D), weights (B, H, T, S))."""
-        if self.group_size > 1:
-            k = k.repeat_interleave(self.group_size, dim=1)  # (B, H, S, D)
-            v = v.repeat_interleave(self.group_size, dim=1)  # (B, H, S, D)
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.d_head))  # (B, H, T, S)
+        """Explicit softmax attention; returns (y (B, H, T, D), weights (B, H, T, S)).
+
+        GQA without copying K and V: the query heads of a group are stacked along the rows, (H/G * T) queries
+        against their group's one KV head, so no (B, H, S, D) copy of K and V is made (a broadcasting matmul
+        would make one).
+        """
+        B, H, T, D = q.shape
+        G, S = self.n_kv_heads, k.shape[2]
+        qg = q.reshape(B, G, (H // G) * T, D)  # (B, G, H/G*T, D): heads are contiguous groups, head i in i // (H/G)
+        scores = (qg @ k.transpose(-2, -1)).view(B, H, T, S) * (1.0 / math.sqrt(D))  # (B, H, T, S)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)  # (B, H, T, S)
         if mask is not None:
             weights = weights.nan_to_num(0.0)  # rows with no valid key
         attn = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
-        return attn @ v, weights  # (B, H, T, D), (B, H, T, S)
+        y = attn.reshape(B, G, (H // G) * T, S) @ v  # (B, G, H/G*T, D)
+        return y.view(B, H, T, D), weights
