@@ -110,6 +110,20 @@ def resolve_dtype(name: str) -> torch.dtype:
     return table[name]
 
 
+def time_once(fn, device: torch.device) -> float:
+    """Seconds for one call of fn: CUDA events on GPU, perf_counter on CPU."""
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize(device)
+        return start.elapsed_time(end) / 1e3
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -125,17 +139,7 @@ def time_fn(fn, warmup: int, repeats: int, device: torch.device, min_time_s: flo
     sync(device)
     out: list[float] = []
     while len(out) < repeats or (sum(out) < min_time_s and len(out) < max_repeats):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize(device)
-            out.append(start.elapsed_time(end) / 1e3)
-        else:
-            t = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - t)
+        out.append(time_once(fn, device))
     return out
 
 
@@ -369,17 +373,7 @@ def time_cases(specs: list[dict], rounds: int, warmup: int, min_time_s: float, d
                 for kind, fn in (("fwd", built[i][2]), ("fwdbwd", built[i][3])):
                     calls, elapsed = 0, 0.0
                     while calls == 0 or elapsed < min_time_s:
-                        if device.type == "cuda":
-                            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                            start.record()
-                            fn()
-                            end.record()
-                            torch.cuda.synchronize(device)
-                            elapsed += start.elapsed_time(end) / 1e3
-                        else:
-                            t = time.perf_counter()
-                            fn()
-                            elapsed += time.perf_counter() - t
+                        elapsed += time_once(fn, device)
                         calls += 1
                     samples[i][kind].append(elapsed / calls)
     rows = []
