@@ -60,3 +60,16 @@ def test_cli_missing_summary_exits_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert str(tmp_path / "summary.json") in err and err.count("\n") == 1
     assert not (tmp_path / "plots").exists()
+
+
+def test_attention_grid_stays_small_in_memory():
+    """seaborn draws the figure to check tick labels; on a canvas-less Figure that cost ~6 GB for 8 panels."""
+    import subprocess
+    import sys
+
+    code = ("import resource, torch\nfrom mhalab.plots import attention_figure\n"
+            "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "attention_figure([torch.rand(4, 48, 48).softmax(-1) for _ in range(2)], [f't{i}' for i in range(48)])\n"
+            "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) // 1024)")
+    grew_mib = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert grew_mib < 500

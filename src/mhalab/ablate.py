@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from mhalab.errors import ConfigError
+from mhalab.plots import new_figure
 
 
 # -- run config and data ------------------------------------------------------------------------------------
@@ -283,11 +284,10 @@ def _write_csv(rows: list[dict], cols: list[str], path: Path) -> None:
 
 
 def plot_heatmaps(rows: list[dict], n_layers: int, n_heads: int, key: str, path: Path) -> None:
-    from matplotlib.figure import Figure
-
+    
     panels = [("importance", "importance (Michel et al.)"), (f"zero_d{key}", f"zero ablation: Δ{key}"),
               (f"mean_d{key}", f"mean ablation: Δ{key}")]
-    fig = Figure(figsize=(4.2 * len(panels), 0.6 * n_layers + 2))
+    fig = new_figure(figsize=(4.2 * len(panels), 0.6 * n_layers + 2))
     for i, (col, title) in enumerate(panels):
         ax = fig.add_subplot(1, len(panels), i + 1)
         mat = torch.zeros(n_layers, n_heads)
@@ -310,9 +310,8 @@ def plot_heatmaps(rows: list[dict], n_layers: int, n_heads: int, key: str, path:
 
 
 def plot_pruning(curve: list[dict], key: str, path: Path, title: str = "") -> None:
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(9, 3.8))
+    
+    fig = new_figure(figsize=(9, 3.8))
     ax1, ax2 = fig.subplots(1, 2)
     xs = [100 * r["fraction"] for r in curve]
     ax1.plot(xs, [r["acc"] for r in curve], marker="o")

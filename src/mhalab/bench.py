@@ -53,6 +53,7 @@ from mhalab.errors import ConfigError
 from mhalab.fit import format_fit, local_exponents, loglog_fit
 from mhalab.model import Encoder, EncoderConfig, LanguageModel
 from mhalab.stats import head_stats
+from mhalab.plots import new_figure
 
 SUBCOMMANDS = ("complexity", "train")
 SECTIONS = ("scaling", "equal_cost", "decode")
@@ -967,8 +968,7 @@ def _save(fig, path: Path) -> str:
 
 
 def complexity_plots(result: dict, out: Path) -> list[str]:
-    from matplotlib.figure import Figure
-
+    
     paths = []
     if result.get("scaling"):
         fits = {(f["backend"], f["d_model"], f["n_heads"], f["d_head"], f["n_kv_heads"], f["batch"], f["metric"]): f
@@ -980,7 +980,7 @@ def complexity_plots(result: dict, out: Path) -> list[str]:
                                     ("scaling_memory.png", ("mem_fwd_mib", "mem_fwdbwd_mib"), "MiB")):
             if not any(metrics[0] in r for r in result["scaling"]):
                 continue
-            fig = Figure(figsize=(11, 4.5), layout="constrained")
+            fig = new_figure(figsize=(11, 4.5), layout="constrained")
             axes = fig.subplots(1, 2)
             for ax, metric in zip(axes, metrics):
                 for key, rows in groups.items():
@@ -1012,7 +1012,7 @@ def complexity_plots(result: dict, out: Path) -> list[str]:
     if result.get("equal_cost"):
         rows = result["equal_cost"]
         metrics = [m for m in ("fwd_ms_ratio", "fwdbwd_ms_ratio", "mem_fwdbwd_mib_ratio") if any(m in r for r in rows)]
-        fig = Figure(figsize=(4.5 * len(metrics), 4.2), layout="constrained")
+        fig = new_figure(figsize=(4.5 * len(metrics), 4.2), layout="constrained")
         axes = fig.subplots(1, len(metrics), squeeze=False)[0]
         titles = {"fwd_ms_ratio": "forward time", "fwdbwd_ms_ratio": "forward+backward time",
                   "mem_fwdbwd_mib_ratio": "peak memory (fwd+bwd)"}
@@ -1034,7 +1034,7 @@ def complexity_plots(result: dict, out: Path) -> list[str]:
     if result.get("decode"):
         rows = result["decode"]
         backends = sorted({r["backend"] for r in rows})
-        fig = Figure(figsize=(5 * len(backends) + 1, 8), layout="constrained")
+        fig = new_figure(figsize=(5 * len(backends) + 1, 8), layout="constrained")
         axes = fig.subplots(2, len(backends), squeeze=False)
         for j, backend in enumerate(backends):
             for B, L in sorted({(r["batch"], r["context"]) for r in rows if r["backend"] == backend}):
@@ -1059,12 +1059,11 @@ def complexity_plots(result: dict, out: Path) -> list[str]:
 
 
 def train_plots(result: dict, out: Path) -> list[str]:
-    from matplotlib.figure import Figure
-
+    
     rows = result["rows"]
     heads = sorted({r["n_heads"] for r in rows})
     models = list(dict.fromkeys(r["model"] for r in rows))
-    fig = Figure(figsize=(7, 4), layout="constrained")
+    fig = new_figure(figsize=(7, 4), layout="constrained")
     ax = fig.subplots()
     width = 0.8 / len(models)
     for i, name in enumerate(models):

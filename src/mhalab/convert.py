@@ -36,6 +36,7 @@ import torch
 
 from mhalab.ablate import build_data, eval_batches, evaluate, kv_args, load_run_config, run_dir_of
 from mhalab.errors import ConfigError
+from mhalab.plots import new_figure
 
 INITS = ("mean", "first", "random")
 
@@ -207,9 +208,8 @@ def convert(ckpt: str | Path, n_kv_heads: int, inits: list[str] | None = None, u
 
 
 def plot_conversion(rows: list[dict], key: str, path: Path, g: int, task: str | None) -> None:
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(8, 4))
+    
+    fig = new_figure(figsize=(8, 4))
     ax = fig.add_subplot()
     labels = [f"{r['model']}\n{r['init']} {r['stage']}" if r["init"] != "-" else f"{r['model']}" for r in rows]
     colors = ["C0" if r["stage"] == "trained" and "source" in r["model"] else

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from mhalab.errors import ConfigError
+from mhalab.plots import new_figure
 
 LM_METRIC, CLS_METRIC = "val/bpb", "val/acc"
 LOWER_IS_BETTER = {"val/bpb", "val/loss", "test/bpb", "test/loss"}
@@ -357,8 +358,7 @@ def _ylabel(rows: list[dict]) -> str:
 
 
 def make_plots(rows: list[dict], out: Path) -> list[Path]:
-    from matplotlib.figure import Figure
-
+    
     paths: list[Path] = []
     ok = [r for r in rows if r.get("metric_mean") is not None]
     if not ok:
@@ -382,7 +382,7 @@ def make_plots(rows: list[dict], out: Path) -> list[Path]:
 
     title = ", ".join(sorted({str(r["task"]) for r in ok}))
     if varies("n_heads"):
-        fig = Figure(figsize=(5.5, 4))
+        fig = new_figure(figsize=(5.5, 4))
         ax = fig.add_subplot()
         for label, rs in _series(ok, "n_heads"):
             _errorbar(ax, rs, "n_heads", label=label)
@@ -392,7 +392,7 @@ def make_plots(rows: list[dict], out: Path) -> list[Path]:
             ax.legend(fontsize=7)
         save(fig, "metric_vs_n_heads.png")
     if varies("n_kv_heads"):
-        fig = Figure(figsize=(13, 3.8))
+        fig = new_figure(figsize=(13, 3.8))
         axes = fig.subplots(1, 3)
         for label, rs in _series(ok, "n_kv_heads"):
             _errorbar(axes[0], rs, "n_kv_heads", label=label)
@@ -416,7 +416,7 @@ def make_plots(rows: list[dict], out: Path) -> list[Path]:
         fig.suptitle(f"{title}: MHA -> GQA -> MQA", fontsize=10)
         save(fig, "metric_vs_n_kv_heads.png")
     if varies("d_head"):
-        fig = Figure(figsize=(5.5, 4))
+        fig = new_figure(figsize=(5.5, 4))
         ax = fig.add_subplot()
         for label, rs in _series(ok, "d_head"):
             _errorbar(ax, rs, "d_head", label=label)
@@ -426,7 +426,7 @@ def make_plots(rows: list[dict], out: Path) -> list[Path]:
             ax.legend(fontsize=7)
         save(fig, "metric_vs_d_head.png")
     if not paths:
-        fig = Figure(figsize=(max(6.0, 1.5 * len(ok)), 4.5))
+        fig = new_figure(figsize=(max(6.0, 1.5 * len(ok)), 4.5))
         ax = fig.add_subplot()
         ax.bar(range(len(ok)), [r["metric_mean"] for r in ok], yerr=[r["metric_std"] or 0 for r in ok], capsize=4)
         ax.set_xticks(range(len(ok)))
