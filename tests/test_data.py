@@ -32,7 +32,7 @@ def cache_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def dm(cache_dir):
-    dm = build_datamodule(data_node("bbc_news", cache_dir), seed=0)
+    dm = build_datamodule(data_node("bbc_news", cache_dir, tokenizer="byte"), seed=0)  # the byte-level interface
     dm.prepare_data()
     dm.setup()
     return dm

@@ -112,9 +112,6 @@ class AttentionLitModule(L.LightningModule):
             nats.reset()
             nbytes.reset()
 
-    def on_train_start(self) -> None:
-        self.val_acc_best.reset()  # the sanity check's validation must not count
-
     def on_validation_epoch_end(self) -> None:
         self._log_bpb("val")
         if not self.trainer.sanity_checking:
