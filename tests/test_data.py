@@ -32,7 +32,7 @@ def cache_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def dm(cache_dir):
-    dm = build_datamodule(data_node("bbc_news", cache_dir, tokenizer="byte", tokenizer="byte"), seed=0)  # the byte-level interface
+    dm = build_datamodule(data_node("bbc_news", cache_dir, tokenizer="byte"), seed=0)  # the byte-level interface
     dm.prepare_data()
     dm.setup()
     return dm
@@ -40,7 +40,7 @@ def dm(cache_dir):
 
 @pytest.fixture(scope="module")
 def raw(cache_dir):
-    return load_raw(DataConfig.from_any(data_node("bbc_news", cache_dir, tokenizer="byte", tokenizer="byte")))
+    return load_raw(DataConfig.from_any(data_node("bbc_news", cache_dir, tokenizer="byte")))
 
 
 def test_every_yaml_builds_a_valid_config(tmp_path):
@@ -96,7 +96,7 @@ def test_splits_disjoint_stratified_deterministic(cache_dir, raw):
     for split in ("validation", "test"):
         counts = Counter(raw[split]["label"])
         assert {LABEL_NAMES[k]: v for k, v in counts.items()} == {k: round(0.1 * n) for k, n in DEDUP_COUNTS.items()}
-    again = load_raw(DataConfig.from_any(data_node("bbc_news", cache_dir, tokenizer="byte", tokenizer="byte")))
+    again = load_raw(DataConfig.from_any(data_node("bbc_news", cache_dir, tokenizer="byte")))
     assert all(list(again[s]["id"]) == list(raw[s]["id"]) for s in raw)
     other = load_raw(DataConfig.from_any(data_node("bbc_news", cache_dir, tokenizer="byte", split_seed=1)))
     assert list(other["validation"]["id"]) != list(raw["validation"]["id"])
@@ -130,9 +130,9 @@ def test_dynamic_padding_to_longest(dm):
 
 def test_train_shuffle_seeded_and_probe_batch_fixed(dm, cache_dir):
     first = next(iter(dm.train_dataloader()))["input_ids"]
-    same = build_datamodule(data_node("bbc_news", cache_dir, tokenizer="byte", tokenizer="byte"), seed=0)
+    same = build_datamodule(data_node("bbc_news", cache_dir, tokenizer="byte"), seed=0)
     same.setup()
-    other = build_datamodule(data_node("bbc_news", cache_dir, tokenizer="byte", tokenizer="byte"), seed=1)
+    other = build_datamodule(data_node("bbc_news", cache_dir, tokenizer="byte"), seed=1)
     other.setup()
     assert torch.equal(next(iter(same.train_dataloader()))["input_ids"], first)
     assert not torch.equal(next(iter(other.train_dataloader()))["input_ids"][:, :16], first[:, :16])
@@ -148,7 +148,7 @@ def test_setup_reads_cache_and_is_idempotent(dm, cache_dir, monkeypatch):
         raise AssertionError("tokenized again although the cache exists")
 
     monkeypatch.setattr(preprocessing, "build", fail)
-    again = build_datamodule(data_node("bbc_news", cache_dir, tokenizer="byte", tokenizer="byte"), batch_size=8)
+    again = build_datamodule(data_node("bbc_news", cache_dir, tokenizer="byte"), batch_size=8)
     again.prepare_data()
     again.setup()
     assert again.batch_size == 8 and len(again.datasets["train"]) == len(dm.datasets["train"])
