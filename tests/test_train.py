@@ -99,3 +99,12 @@ def test_hub_task_offline_fails_fast_with_alternatives(run_train, tmp_path):
     assert "ag_news" in r.stderr and "bbc_news" in r.stderr
     assert time.monotonic() - start < 60  # includes interpreter and torch start-up
     assert not list((tmp_path / "logs").rglob("*/runs/*"))
+
+
+@pytest.mark.slow
+def test_default_run_learns_the_topics(run_train, tmp_path):
+    """The README's main job, unchanged (about 90 s on 2 cores): well above the 20% chance level."""
+    r = run_train("logger=csv", "trainer.enable_progress_bar=false", tiny=False, timeout=1200)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (s,) = summaries(tmp_path / "logs")
+    assert s["metrics"]["val/acc"] > 0.85 and s["test_metrics"]["test/acc"] > 0.85
