@@ -20,6 +20,8 @@ def test_bbc_news_run_writes_summary_stats_plots_and_every_logger(run_train, tmp
     assert r.returncode == 0, r.stderr[-3000:]
     (s,) = summaries(tmp_path / "logs")
     run_dir = run_dir_of(s)
+    assert r.stdout.strip().splitlines()[-1].startswith("mhalab: done in")  # the run ends saying where it all is
+    assert f"results in {run_dir}/summary.json" in r.stdout
     assert s["status"] == "ok" and s["task"] == "bbc_news"
     for key in ("val/loss", "val/acc", "val/acc_best", "train/loss"):
         assert key in s["metrics"]

@@ -211,7 +211,6 @@ def run(cfg: DictConfig) -> float | None:
         validate(cfg)
         print_config(cfg)
         summary = train(cfg, run_dir)
-        return summary["metrics"].get("val/loss")
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         if multirun:  # keep the job's directory so the sweep report lists it as failed
@@ -237,6 +236,16 @@ def run(cfg: DictConfig) -> float | None:
         sys.exit(1)
     finally:
         _finish_wandb()
+    print(result_line(summary))
+    return summary["metrics"].get("val/loss")
+
+
+def result_line(summary: dict) -> str:
+    """One line to end a run with: the headline metrics, the time, and where everything is."""
+    keys = ("val/acc", "val/bpb", "val/loss", "test/acc", "test/bpb")
+    found = {k: v for k, v in {**summary["metrics"], **summary["test_metrics"]}.items() if k in keys}
+    metrics = ", ".join(f"{k} {found[k]:.4f}" for k in keys if k in found)
+    return f"mhalab: done in {summary['timings']['total_s']:.0f} s: {metrics}; results in {summary['run_dir']}/summary.json"
 
 
 def _finish_wandb() -> None:
