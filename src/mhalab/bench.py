@@ -111,6 +111,16 @@ def resolve_dtype(name: str) -> torch.dtype:
     return table[name]
 
 
+def _start(cfg, subcommand: str, device: torch.device) -> tuple[Path, dict]:
+    """Threads, output folder and machine description of a benchmark run, announced on stdout."""
+    if cfg.threads:
+        torch.set_num_threads(int(cfg.threads))
+    out = _out_dir(cfg, subcommand)
+    info = machine_info(device)
+    print(f"mhalab.bench {subcommand} -> {out}\nmachine: {info}", flush=True)
+    return out, info
+
+
 def time_once(fn, device: torch.device) -> float:
     """Seconds for one call of fn: CUDA events on GPU, perf_counter on CPU."""
     if device.type == "cuda":
@@ -630,11 +640,7 @@ def run_complexity(cfg) -> dict:
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
         raise ConfigError(f"sections: unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
-    if cfg.threads:
-        torch.set_num_threads(int(cfg.threads))
-    out = _out_dir(cfg, "complexity")
-    info = machine_info(device)
-    print(f"mhalab.bench complexity -> {out}\nmachine: {info}", flush=True)
+    out, info = _start(cfg, "complexity", device)
     result = {"subcommand": "complexity", "machine": info, "config": _to_container(cfg), "out_dir": str(out)}
     t0 = time.perf_counter()
     if "scaling" in sections:
@@ -786,11 +792,7 @@ def run_train(cfg) -> dict:
     for key in ("rounds", "steps_per_round", "batch", "seq_len"):
         if int(cfg[key]) < 1:
             raise ConfigError(f"{key}={cfg[key]!r}: must be a positive integer")
-    if cfg.threads:
-        torch.set_num_threads(int(cfg.threads))
-    out = _out_dir(cfg, "train")
-    info = machine_info(device)
-    print(f"mhalab.bench train -> {out}\nmachine: {info}", flush=True)
+    out, info = _start(cfg, "train", device)
     amp = cfg.amp_bf16 and device.type == "cuda"
     peak = measure_peak_flops(device, torch.bfloat16 if amp else torch.float32, cfg.peak_matmul_size)
     info["peak_matmul_tflops_measured"] = peak / 1e12

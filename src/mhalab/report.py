@@ -381,16 +381,18 @@ def make_plots(rows: list[dict], out: Path) -> list[Path]:
         paths.append(p)
 
     title = ", ".join(sorted({str(r["task"]) for r in ok}))
-    if varies("n_heads"):
+    for key in ("n_heads", "d_head"):  # one panel each: metric against the swept size
+        if not varies(key):
+            continue
         fig = new_figure(figsize=(5.5, 4))
         ax = fig.add_subplot()
-        for label, rs in _series(ok, "n_heads"):
-            _errorbar(ax, rs, "n_heads", label=label)
+        for label, rs in _series(ok, key):
+            _errorbar(ax, rs, key, label=label)
         ax.set_ylabel(_ylabel(ok))
-        ax.set_title(f"{title}: metric vs n_heads (mean ± std; dotted: each seed)", fontsize=9)
-        if len(_series(ok, "n_heads")) > 1:
+        ax.set_title(f"{title}: metric vs {key} (mean ± std; dotted: each seed)", fontsize=9)
+        if len(_series(ok, key)) > 1:
             ax.legend(fontsize=7)
-        save(fig, "metric_vs_n_heads.png")
+        save(fig, f"metric_vs_{key}.png")
     if varies("n_kv_heads"):
         fig = new_figure(figsize=(13, 3.8))
         axes = fig.subplots(1, 3)
@@ -415,16 +417,6 @@ def make_plots(rows: list[dict], out: Path) -> list[Path]:
         axes[2].set_title("throughput (mean ± std)", fontsize=9)
         fig.suptitle(f"{title}: MHA -> GQA -> MQA", fontsize=10)
         save(fig, "metric_vs_n_kv_heads.png")
-    if varies("d_head"):
-        fig = new_figure(figsize=(5.5, 4))
-        ax = fig.add_subplot()
-        for label, rs in _series(ok, "d_head"):
-            _errorbar(ax, rs, "d_head", label=label)
-        ax.set_ylabel(_ylabel(ok))
-        ax.set_title(f"{title}: metric vs d_head (mean ± std; dotted: each seed)", fontsize=9)
-        if len(_series(ok, "d_head")) > 1:
-            ax.legend(fontsize=7)
-        save(fig, "metric_vs_d_head.png")
     if not paths:
         fig = new_figure(figsize=(max(6.0, 1.5 * len(ok)), 4.5))
         ax = fig.add_subplot()
