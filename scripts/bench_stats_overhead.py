@@ -80,7 +80,7 @@ def main() -> None:
         passes.append(time.perf_counter() - t)
     t = time.perf_counter()
     cb.importance_table = cb.compute_importance(module, dm.val_dataloader()) if s.importance else {}
-    cb.table, cb.groups, _ = cb.measure(module)
+    cb.update(module)
     if s.plots:
         cb.draw(module)
     end_of_fit = time.perf_counter() - t

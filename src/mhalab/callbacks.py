@@ -38,6 +38,7 @@ class HeadStatsCallback(L.Callback):
         self.table: dict[str, dict[str, float]] = {}  # latest {"L0H0": {stat: value}}
         self.groups: dict[str, dict[str, Any]] = {}  # latest {"L0": kv_group_similarity(...)}
         self.importance_table: dict[str, float] = {}
+        self.attentions: list[Tensor] = []  # latest probe weights, n_layers x (B, H, T, T)
         self.plot_paths: list[str] = []
 
     # --- the measurement -------------------------------------------------------------------------------
@@ -75,7 +76,7 @@ class HeadStatsCallback(L.Callback):
             logger.log_metrics(metrics, step=pl_module.global_step)
 
     def update(self, pl_module: L.LightningModule) -> None:
-        self.table, self.groups, _ = self.measure(pl_module)
+        self.table, self.groups, self.attentions = self.measure(pl_module)
         self._log(pl_module, self.table, self.groups)
 
     # --- Lightning hooks ---------------------------------------------------------------------------------
@@ -124,7 +125,7 @@ class HeadStatsCallback(L.Callback):
         for head, value in self.importance_table.items():
             table[head]["importance"] = value
         paths = plots.plot_stat_heatmaps(table, self.plot_dir)
-        _, _, attentions = self.measure(pl_module)
+        attentions = self.attentions or self.measure(pl_module)[2]
         ids = self.probe["input_ids"][0]
         pad = self.probe.get("padding_mask")
         n_valid = int((~pad[0]).sum()) if pad is not None else ids.numel()

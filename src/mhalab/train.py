@@ -78,7 +78,8 @@ def print_config(cfg: DictConfig) -> None:
     Console(stderr=False).print(tree)
 
 
-def build_loggers_and_callbacks(cfg: DictConfig, run_dir: Path):
+def build_loggers_and_callbacks(cfg: DictConfig):
+    """The configured loggers and callbacks, `_target_` checked; no progress bar when the trainer shows none."""
     from mhalab.config import instantiate_safe
 
     loggers = [instantiate_safe(node, f"logger.{name}") for name, node in (cfg.get("logger") or {}).items()
@@ -131,7 +132,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
             cfg.logger.wandb.id = wandb_run_id(run_dir)  # continue the same wandb run
         if cfg.get("logger") and cfg.logger.get("csv"):  # keep the metrics written before the crash
             cfg.logger.csv.version = f"resumed-{len(list(run_dir.glob('csv/resumed-*'))) + 1}"
-    loggers, callbacks = build_loggers_and_callbacks(cfg, run_dir)
+    loggers, callbacks = build_loggers_and_callbacks(cfg)
     callbacks.append(StepSeed(cfg.seed))
     if cfg.get("fault") and any(v is not None for v in cfg.fault.values()):
         callbacks.append(FaultInjection(**cfg.fault))
