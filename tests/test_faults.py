@@ -194,3 +194,14 @@ def test_atomic_checkpoint_survives_sigkill_at_any_moment(tmp_path):
         p.wait()
         ckpt = torch.load(target, weights_only=True)  # (a killed writer may leave its .tmp file, never a bad target)
         assert ckpt["w"].shape == (2_000_000,) and torch.all(ckpt["w"] == ckpt["step"])
+
+
+def test_resume_continues_the_same_wandb_run(run_train, tmp_path):
+    killed = run_train(*EPOCHS, "logger=wandb", "stats=off", "fault.kill_at_step=6")
+    assert killed.returncode == -signal.SIGKILL
+    resumed = run_train(*EPOCHS, "logger=wandb", "stats=off", "resume=true")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    (run_dir,) = (tmp_path / "logs" / "train" / "runs").iterdir()
+    runs = sorted((run_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2  # one per process, both offline
+    assert len({r.name.rsplit("-", 1)[-1] for r in runs}) == 1  # the same run id
