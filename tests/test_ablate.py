@@ -10,9 +10,9 @@ import pytest
 import torch
 from conftest import TINY
 
-from mhalab.ablate import (MeanAblation, build_data, eval_batches, evaluate, load_run_config, main,
+from mhalab.ablate import (MeanAblation, eval_batches, evaluate, main,
                            pruning_curve, single_head_ablation)
-from mhalab.checkpoint import load_module
+from mhalab.checkpoint import build_data, load_module, load_run_config
 
 
 def tiny_checkpoint(tmp_path_factory) -> str:

@@ -24,7 +24,6 @@ import argparse
 import csv
 import json
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -33,48 +32,11 @@ import torch
 from torch import Tensor
 
 from mhalab.errors import ConfigError
+from mhalab.checkpoint import build_data, load_run_config, run_dir_of
 from mhalab.plots import new_figure
 
 
 # -- run config and data ------------------------------------------------------------------------------------
-
-def run_dir_of(ckpt: str | Path) -> Path:
-    """The training run directory of a checkpoint (<run_dir>/checkpoints/<file>.ckpt)."""
-    ckpt = Path(ckpt).resolve()
-    return ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
-
-
-def load_run_config(ckpt: str | Path, run_dir: str | Path | None = None) -> dict[str, Any]:
-    """The resolved training config of the run that wrote `ckpt` (from summary.json, else .hydra/config.yaml)."""
-    rd = Path(run_dir) if run_dir else run_dir_of(ckpt)
-    summary = rd / "summary.json"
-    if summary.is_file():
-        s = json.loads(summary.read_text())
-        if isinstance(s.get("config"), dict):
-            return {**s["config"], "_summary": s}
-    hydra_cfg = rd / ".hydra" / "config.yaml"
-    if hydra_cfg.is_file():
-        from omegaconf import OmegaConf
-
-        os.environ.setdefault("MHALAB_ROOT", str(rd.parents[2]) if len(rd.parents) > 2 else os.getcwd())
-        cfg = OmegaConf.load(hydra_cfg)
-        out = {k: OmegaConf.to_container(cfg[k], resolve=True) for k in ("data", "model", "attention", "optim",
-                                                                          "trainer") if k in cfg}
-        out["seed"] = cfg.get("seed", 0)
-        return out
-    raise ConfigError(f"no summary.json or .hydra/config.yaml in {rd}: give --run-dir, the training run directory "
-                      f"that holds the checkpoint's config")
-
-
-def build_data(run_cfg: dict[str, Any], batch_size: int | None = None):
-    """The run's datamodule, set up (tokenized cache reused)."""
-    from mhalab.data import build_datamodule
-
-    dm = build_datamodule(run_cfg["data"], batch_size=batch_size, seed=int(run_cfg.get("seed", 0)))
-    dm.prepare_data()
-    dm.setup("fit")
-    return dm
-
 
 def eval_batches(dm, split: str = "validation", max_batches: int | None = None) -> list[dict[str, Tensor]]:
     """The first `max_batches` batches of a split, materialised once (MLM masks are fixed for val/test)."""

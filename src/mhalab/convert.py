@@ -34,7 +34,8 @@ from typing import Any
 
 import torch
 
-from mhalab.ablate import build_data, eval_batches, evaluate, kv_args, load_run_config, run_dir_of
+from mhalab.ablate import eval_batches, evaluate, kv_args
+from mhalab.checkpoint import build_data, load_run_config, run_dir_of
 from mhalab.errors import ConfigError
 from mhalab.plots import new_figure
 

@@ -144,23 +144,18 @@ def load_summary_table(run_dir) -> dict[str, dict[str, float]]:
 def attention_maps_from_checkpoint(run_dir, out_dir, checkpoint=None, max_tokens: int = 48) -> Path:
     """Redraw the probe example's attention maps from a checkpoint of a run (default: its best, else last.ckpt).
 
-    The data task comes from <run_dir>/summary.json's config; the checkpoint is loaded with weights_only=True.
+    The data task comes from the run's saved config; the checkpoint is loaded with weights_only=True.
     """
-    from omegaconf import OmegaConf
-
-    from mhalab.checkpoint import load_module
-    from mhalab.data import build_datamodule
+    from mhalab.checkpoint import build_data, load_module, load_run_config
 
     run_dir = Path(run_dir)
-    summary = json.loads((run_dir / "summary.json").read_text())
+    cfg = load_run_config(run_dir / "checkpoints" / "last.ckpt", run_dir)
     if checkpoint is None:
-        best = (summary.get("checkpoints") or {}).get("best")
+        best = ((cfg.get("_summary") or {}).get("checkpoints") or {}).get("best")
         checkpoint = best if best and Path(best).is_file() else run_dir / "checkpoints" / "last.ckpt"
     module = load_module(checkpoint)
-    cfg = OmegaConf.create(summary["config"])
-    dm = build_datamodule(cfg.data, seed=cfg.seed)
-    dm.setup("fit")
-    probe = dm.probe_batch(cfg.stats.probe_size if cfg.get("stats") else 8)
+    dm = build_data(cfg)
+    probe = dm.probe_batch((cfg.get("stats") or {}).get("probe_size", 8))
     with torch.no_grad():
         attentions = module(probe, need_weights=True).attentions  # n_layers x (B, H, T, T)
     n_valid = int((~probe["padding_mask"][0]).sum())
