@@ -5,10 +5,8 @@ Usage: python scripts/measure_gqa_sdpa.py [--T 2048] [--heads 16] [--kv 2] [--d-
 """
 import argparse
 import json
-import resource
 import subprocess
 import sys
-import time
 
 CASE = r"""
 import json, resource, statistics, sys, time, torch, torch.nn.functional as F

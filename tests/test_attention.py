@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from mhalab.attention import KVCache, MultiHeadAttention
 from mhalab.errors import ConfigError

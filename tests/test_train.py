@@ -2,6 +2,7 @@
 
 import csv
 import time
+from pathlib import Path
 
 import pytest
 from conftest import summaries
@@ -9,9 +10,7 @@ from conftest import summaries
 from mhalab.stats import STAT_NAMES
 
 
-def run_dir_of(summary) -> "Path":
-    from pathlib import Path
-
+def run_dir_of(summary) -> Path:
     return Path(summary["run_dir"])
 
 

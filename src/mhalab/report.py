@@ -261,7 +261,7 @@ def write_csv(rows: list[dict], path: Path) -> None:
 
 def markdown(rows: list[dict], failed: list[dict], dirs: list[Path], plots: list[Path], out: Path) -> str:
     metrics = sorted({r["metric"] for r in rows})
-    lines = [f"# Sweep report", "", f"Source: {', '.join(str(d) for d in dirs)}", ""]
+    lines = ["# Sweep report", "", f"Source: {', '.join(str(d) for d in dirs)}", ""]
     if rows:
         desc = "; ".join(f"`{m}` ({'lower' if m in LOWER_IS_BETTER else 'higher'} is better)" for m in metrics)
         lines += [f"Metric: {desc}, the final validation value, mean ± sample std over seeds; test: the best "
