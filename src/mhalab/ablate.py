@@ -1,26 +1,26 @@
-"""Head ablation and pruning: `python -m mhalab.ablate <checkpoint> [--split validation] [--batches N] [--out DIR]`.
+"""Head ablation and pruning: `mhalab ablate <checkpoint> [<checkpoint> ...]`.
 
-For a checkpoint written by `mhalab.train` (loaded with `mhalab.checkpoint.load_module`, weights only):
+For each checkpoint (several: one per seed of one configuration), importance is scored on one split
+(`--importance-split`, default validation) and everything is evaluated on another (`--eval-split`, default test),
+so no head is judged on the data that ranked it:
 
-1. single-head ablation: the change in loss / accuracy (and bits per byte for LM tasks) when one head is removed,
-   for every head, two ways: *zero* ablation (its `head_gate` set to 0, so its output is exactly 0) and *mean*
-   ablation (its output replaced by its mean over the evaluation tokens, through a forward pre-hook on `out_proj`,
-   whose input is the concatenation of the gated heads);
-2. head importance I_h = E |dL / d gate_h| (Michel et al. 2019, normalised per layer) and its ranking;
-3. iterative pruning (Michel et al. 2019): remove the least important `--step` (10%) of all heads, re-estimate the
-   importance of the remaining heads, repeat until every head is gone; accuracy / loss vs fraction pruned.
+1. single-head ablation: the change of every metric when one head is removed, *zero* (its `head_gate` set to 0)
+   and *mean* (its output replaced by its mean over the evaluation tokens, through a pre-hook on `out_proj`);
+2. head importance (Michel et al. 2019: mean over examples of |dL(x)/d gate|, normalised per layer) and its rank;
+3. pruning curves: remove `--step` (10%) of all heads at a time, (a) least important first with importance
+   re-estimated on the remaining heads after every step (Michel's iterative pruning), (b) in `--random-orders`
+   random orders, the baseline a ranking has to beat.
 
-The data are rebuilt from the run's saved config (`<run_dir>/summary.json`, or `<run_dir>/.hydra/config.yaml`,
-the run dir being the checkpoint's folder's parent). Outputs in `--out` (default `<run_dir>/ablation`):
-`heads.md/.csv` (one row per head, and a first row "none" for the full model), `pruning.md/.csv`,
-`ablation.json`, `ablation_heatmap.png`, `pruning_curve.png`.
-
-Arguments may also be given as `key=value` (e.g. `split=test batches=20`).
+Across checkpoints, at every pruned fraction: the importance curve's mean with a 95% t-interval over seeds, the band
+of the random orders (10th to 90th percentile of all seeds x orders), and the paired difference importance minus
+random (each seed against the mean of its own random orders) with its 95% CI, p and verdict (`mhalab.inference`).
+Outputs in `--out` (default `<run_dir of the first checkpoint>/ablation`): heads.md/.csv, pruning.md/.csv,
+ablation.json, ablation_heatmap.png, pruning_curve.png.
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import csv
 import json
 import math
@@ -31,17 +31,19 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import Tensor
 
+from mhalab.checkpoint import build_data, load_module, load_run
+from mhalab.checks import check_int, check_number
 from mhalab.errors import ConfigError
-from mhalab.checkpoint import build_data, load_run_config, run_dir_of
+from mhalab.evaluation import eval_mode, evaluate, headline, importance
+from mhalab.heads import head_label
+from mhalab.inference import mean_ci, paired
 from mhalab.plots import new_figure
 
+SPLITS = ("validation", "test")
 
-# -- run config and data ------------------------------------------------------------------------------------
 
-def eval_batches(dm, split: str = "validation", max_batches: int | None = None) -> list[dict[str, Tensor]]:
+def split_batches(dm, split: str, max_batches: int | None = None) -> list[dict[str, Tensor]]:
     """The first `max_batches` batches of a split, materialised once (MLM masks are fixed for val/test)."""
-    if split not in ("validation", "test"):
-        raise ConfigError(f"split={split!r}: split must be validation or test")
     loader = dm.val_dataloader() if split == "validation" else dm.test_dataloader()
     out = []
     for i, b in enumerate(loader):
@@ -51,49 +53,6 @@ def eval_batches(dm, split: str = "validation", max_batches: int | None = None) 
     if not out:
         raise ConfigError(f"the {split} split is empty")
     return out
-
-
-# -- evaluation ---------------------------------------------------------------------------------------------
-
-@torch.no_grad()
-def evaluate(module, batches: Iterable[dict[str, Tensor]]) -> dict[str, float]:
-    """Token-weighted loss, accuracy and (LM) bits per byte over the batches, in eval mode."""
-    import torch.nn.functional as F
-
-    was_training = module.training
-    module.eval()
-    nats = n = correct = nbytes = 0.0
-    for b in batches:
-        _, logits, labels = module.loss_and_logits(b)
-        valid = labels != -100
-        lg, lb = logits.float()[valid], labels[valid]
-        nats += F.cross_entropy(lg, lb, reduction="sum").item()
-        correct += (lg.argmax(-1) == lb).sum().item()
-        n += lb.numel()
-        if getattr(module, "is_lm", False):
-            nbytes += module.token_bytes[lb].sum().item()
-    module.train(was_training)
-    out = {"loss": nats / max(n, 1), "acc": correct / max(n, 1)}
-    if getattr(module, "is_lm", False):
-        out["bpb"] = nats / (math.log(2) * max(nbytes, 1))
-    return out
-
-
-def loss_fn(module, batch: dict[str, Tensor]) -> Tensor:
-    return module.loss_and_logits(batch)[0]
-
-
-def importance(module, batches: list[dict[str, Tensor]]) -> Tensor:
-    """(n_layers, n_heads) head importance (Michel et al. 2019), normalised per layer; pruned heads get 0."""
-    from mhalab.stats import head_importance
-
-    was_training = module.training
-    module.eval()
-    try:
-        imp = head_importance(module, batches, loss_fn, normalize=True)
-    finally:
-        module.train(was_training)
-    return imp
 
 
 class MeanAblation:
@@ -128,16 +87,14 @@ class MeanAblation:
             return hook
 
         handles = [l.out_proj.register_forward_pre_hook(make_hook(i)) for i, l in enumerate(self.layers)]
-        was_training = self.module.training
-        self.module.eval()
         try:
-            for b in batches:
-                current["mask"] = b.get("padding_mask")
-                self.module(b)
+            with eval_mode(self.module):
+                for b in batches:
+                    current["mask"] = b.get("padding_mask")
+                    self.module(b)
         finally:
             for h in handles:
                 h.remove()
-            self.module.train(was_training)
         self.means = [(s / max(c, 1)).float() for s, c in zip(sums, counts)]
         return self
 
@@ -169,10 +126,6 @@ class MeanAblation:
         return ctx()
 
 
-def gates(module) -> list[Tensor]:
-    return [l.head_gate for l in module.attention_layers()]
-
-
 def single_head_ablation(module, batches: list[dict[str, Tensor]]) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """(full-model metrics, one row per head with zero- and mean-ablation metrics and deltas)."""
     base = evaluate(module, batches)
@@ -188,7 +141,7 @@ def single_head_ablation(module, batches: list[dict[str, Tensor]]) -> tuple[dict
                 layer.head_gate[h] = old
             with mean_abl.active([(l, h)]):
                 m = evaluate(module, batches)
-            row: dict[str, Any] = {"head": f"L{l}H{h}", "layer": l, "index": h}
+            row: dict[str, Any] = {"head": head_label(l, h), "layer": l, "index": h}
             for k in base:
                 row[f"zero_{k}"], row[f"mean_{k}"] = z[k], m[k]
                 row[f"zero_d{k}"], row[f"mean_d{k}"] = z[k] - base[k], m[k] - base[k]
@@ -196,46 +149,128 @@ def single_head_ablation(module, batches: list[dict[str, Tensor]]) -> tuple[dict
     return base, rows
 
 
-def pruning_curve(module, batches: list[dict[str, Tensor]], step: float = 0.1,
-                  importance_batches: list[dict[str, Tensor]] | None = None) -> list[dict[str, Any]]:
-    """Iterative pruning (Michel et al. 2019): prune ceil(step * N) of the N heads at a time, lowest importance
-    first (importance re-estimated on the remaining heads after every step), until all N are pruned.
+def gates(module) -> list[Tensor]:
+    return [layer.head_gate for layer in module.attention_layers()]
 
-    Returns one row per step: n_pruned, fraction, metrics, the heads pruned at that step. The gates are restored.
-    """
-    if not 0 < step <= 1:
-        raise ConfigError(f"step={step!r}: the pruning step must be a fraction in (0, 1]")
-    layers = list(module.attention_layers())
+
+@contextlib.contextmanager
+def gates_restored(module):
+    """Restore every head gate on exit, whatever the body pruned."""
     saved = [g.detach().clone() for g in gates(module)]
-    total = sum(l.n_heads for l in layers)
-    k = max(1, math.ceil(step * total - 1e-9))
-    imp_batches = importance_batches or batches
-    rows = [{"n_pruned": 0, "fraction": 0.0, **evaluate(module, batches), "pruned_now": ""}]
-    pruned: set[tuple[int, int]] = set()
     try:
-        while len(pruned) < total:
-            imp = importance(module, imp_batches)  # (L, H)
-            cands = sorted(((imp[l, h].item(), l, h) for l, layer in enumerate(layers) for h in range(layer.n_heads)
-                            if (l, h) not in pruned), key=lambda t: (t[0], t[1], t[2]))
-            now = cands[:min(k, total - len(pruned))]
-            for _, l, h in now:
-                layers[l].head_gate[h] = 0.0
-                pruned.add((l, h))
-            rows.append({"n_pruned": len(pruned), "fraction": len(pruned) / total, **evaluate(module, batches),
-                         "pruned_now": " ".join(f"L{l}H{h}" for _, l, h in now)})
+        yield
     finally:
         for g, s in zip(gates(module), saved):
             g.copy_(s)
+
+
+def _heads(module) -> list[tuple[int, int]]:
+    return [(l, h) for l, layer in enumerate(module.attention_layers()) for h in range(layer.n_heads)]
+
+
+def _pruned_row(module, batches, pruned: set, now: list[tuple[int, int]], total: int) -> dict[str, Any]:
+    return {"n_pruned": len(pruned), "fraction": len(pruned) / total, **evaluate(module, batches),
+            "pruned_now": " ".join(head_label(l, h) for l, h in now)}
+
+
+def pruning_curve(module, batches: list[dict[str, Tensor]], step: float = 0.1,
+                  importance_batches: list[dict[str, Tensor]] | None = None,
+                  order: list[tuple[int, int]] | None = None) -> list[dict[str, Any]]:
+    """Prune ceil(step * N) of the N heads at a time until all are gone; one row per step (n_pruned, fraction,
+    metrics on `batches`, the heads pruned at that step). Without `order`, least important first, importance
+    re-estimated on `importance_batches` (default `batches`) over the remaining heads after every step (Michel et
+    al. 2019); with `order`, in that fixed order. The gates are restored afterwards."""
+    check_number("--step", step, 0, 1, low_open=True)
+    heads = _heads(module)
+    total = len(heads)
+    k = max(1, math.ceil(step * total - 1e-9))
+    layers = list(module.attention_layers())
+    rows = [_pruned_row(module, batches, set(), [], total)]
+    pruned: set[tuple[int, int]] = set()
+    with gates_restored(module):
+        while len(pruned) < total:
+            if order is None:
+                imp = importance(module, importance_batches or batches)  # (L, H); pruned heads get 0
+                ranked = sorted((h for h in heads if h not in pruned), key=lambda lh: (imp[lh].item(), lh))
+            else:
+                ranked = [h for h in order if h not in pruned]
+            now = ranked[:k]
+            for l, h in now:
+                layers[l].head_gate[h] = 0.0
+                pruned.add((l, h))
+            rows.append(_pruned_row(module, batches, pruned, now, total))
     return rows
+
+
+def random_orders(module, n: int, seed: int) -> list[list[tuple[int, int]]]:
+    """n random orders of the heads, each from (seed, order index)."""
+    heads = _heads(module)
+    out = []
+    for r in range(n):
+        g = torch.Generator().manual_seed(seed * 1_000_003 + r)
+        out.append([heads[i] for i in torch.randperm(len(heads), generator=g).tolist()])
+    return out
+
+
+def ablate_one(ckpt: Path, importance_split: str, eval_split: str, max_batches: int | None, step: float,
+               n_random: int, prune: bool, seed: int, batch_size: int | None = None) -> dict[str, Any]:
+    """Everything for one checkpoint: base metrics, per-head rows, importance, curves."""
+    module = load_module(ckpt)
+    run_dir, summary = load_run(ckpt)
+    dm = build_data(summary, batch_size)
+    eval_batches = split_batches(dm, eval_split, max_batches)
+    imp_batches = split_batches(dm, importance_split, max_batches)
+    base, rows = single_head_ablation(module, eval_batches)
+    imp = importance(module, imp_batches)
+    for rank, r in enumerate(sorted(rows, key=lambda r: -imp[r["layer"], r["index"]].item()), 1):
+        r["importance"], r["rank"] = imp[r["layer"], r["index"]].item(), rank
+    curves = {}
+    if prune:
+        curves["importance"] = pruning_curve(module, eval_batches, step, imp_batches)
+        curves["random"] = [pruning_curve(module, eval_batches, step, order=o)
+                            for o in random_orders(module, n_random, seed)]
+    return {"checkpoint": str(ckpt), "run_dir": str(run_dir), "task": summary.task,
+            "seed": summary.config.get("seed"), "base": base, "heads": rows, "curves": curves,
+            "n_layers": len(module.attention_layers()), "n_heads": module.arch.attention.n_heads}
+
+
+def aggregate_curves(results: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """Per pruned fraction over checkpoints: the importance curve (mean, 95% CI), the random band and the paired
+    difference importance - random (each seed against the mean of its random orders)."""
+    rows = []
+    n_points = len(results[0]["curves"]["importance"])
+    for i in range(n_points):
+        frac = results[0]["curves"]["importance"][i]["fraction"]
+        by_imp = [r["curves"]["importance"][i][key] for r in results]
+        by_rand = [[c[i][key] for c in r["curves"]["random"]] for r in results]
+        rand_all = sorted(v for vs in by_rand for v in vs)
+        mean, lo, hi = mean_ci(by_imp)
+        diff = paired([a - sum(b) / len(b) for a, b in zip(by_imp, by_rand)]) if by_rand[0] else None
+        rows.append({"fraction": frac, "n_pruned": results[0]["curves"]["importance"][i]["n_pruned"],
+                     f"importance_{key}": mean, "importance_ci95_low": lo, "importance_ci95_high": hi,
+                     f"random_{key}": sum(rand_all) / len(rand_all) if rand_all else None,
+                     "random_p10": _percentile(rand_all, 0.10), "random_p90": _percentile(rand_all, 0.90),
+                     **({f"diff_{k}": v for k, v in diff.to_dict().items()} if diff else {})})
+    return rows
+
+
+def _percentile(sorted_values: list[float], q: float) -> float | None:
+    if not sorted_values:
+        return None
+    pos = q * (len(sorted_values) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
 # -- outputs ------------------------------------------------------------------------------------------------
 
+def _fmt(v: Any) -> str:
+    return f"{v:.4f}" if isinstance(v, float) else ("-" if v is None else str(v))
+
+
 def _md_table(rows: list[dict], cols: list[str]) -> str:
-    def f(v):
-        return f"{v:.4f}" if isinstance(v, float) else str(v)
     return "\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)] +
-                     ["| " + " | ".join(f(r.get(c, "")) for c in cols) + " |" for r in rows])
+                     ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in rows])
 
 
 def _write_csv(rows: list[dict], cols: list[str], path: Path) -> None:
@@ -246,17 +281,16 @@ def _write_csv(rows: list[dict], cols: list[str], path: Path) -> None:
 
 
 def plot_heatmaps(rows: list[dict], n_layers: int, n_heads: int, key: str, path: Path) -> None:
-    
-    panels = [("importance", "importance (Michel et al.)"), (f"zero_d{key}", f"zero ablation: Δ{key}"),
-              (f"mean_d{key}", f"mean ablation: Δ{key}")]
+    panels = [("importance", "importance (Michel et al.), normalised per layer"),
+              (f"zero_d{key}", f"zero ablation: Δ{key}"), (f"mean_d{key}", f"mean ablation: Δ{key}")]
     fig = new_figure(figsize=(4.2 * len(panels), 0.6 * n_layers + 2))
     for i, (col, title) in enumerate(panels):
         ax = fig.add_subplot(1, len(panels), i + 1)
         mat = torch.zeros(n_layers, n_heads)
         for r in rows:
             mat[r["layer"], r["index"]] = r[col]
-        lim = mat.abs().max().item()
-        scale = {} if col == "importance" else {"vmin": -lim, "vmax": lim}
+        lim = mat.abs().max().item() or 1.0
+        scale = {"vmin": 0.0, "vmax": 1.0} if col == "importance" else {"vmin": -lim, "vmax": lim}
         im = ax.imshow(mat.numpy(), cmap="viridis" if col == "importance" else "coolwarm", aspect="auto", **scale)
         for l in range(n_layers):
             for h in range(n_heads):
@@ -271,116 +305,105 @@ def plot_heatmaps(rows: list[dict], n_layers: int, n_heads: int, key: str, path:
     fig.savefig(path, dpi=110)
 
 
-def plot_pruning(curve: list[dict], key: str, path: Path, title: str = "") -> None:
-    
-    fig = new_figure(figsize=(9, 3.8))
-    ax1, ax2 = fig.subplots(1, 2)
-    xs = [100 * r["fraction"] for r in curve]
-    ax1.plot(xs, [r["acc"] for r in curve], marker="o")
-    ax1.set_ylabel("accuracy" + (" (masked-token)" if key == "bpb" else ""))
-    ax2.plot(xs, [r[key] for r in curve], marker="o", color="C1")
-    ax2.set_ylabel(key + (" (lower is better)" if key in ("bpb", "loss") else ""))
-    for ax in (ax1, ax2):
-        ax.set_xlabel("% of heads pruned")
-        ax.grid(alpha=0.3)
-    fig.suptitle((title or "iterative head pruning (Michel et al. 2019)") +
-                 "\nleast important heads first, importance re-estimated after each step", fontsize=9)
+def plot_pruning(agg: list[dict], key: str, path: Path, title: str, n_seeds: int, n_random: int) -> None:
+    fig = new_figure(figsize=(6.5, 4.2))
+    ax = fig.add_subplot()
+    xs = [100 * r["fraction"] for r in agg]
+    ax.fill_between(xs, [r["random_p10"] for r in agg], [r["random_p90"] for r in agg], color="C7", alpha=0.3,
+                    label=f"random orders (10th-90th percentile, {n_seeds} x {n_random})")
+    ax.plot(xs, [r[f"random_{key}"] for r in agg], color="C7", linestyle="--", label="random orders (mean)")
+    ax.plot(xs, [r[f"importance_{key}"] for r in agg], marker="o", color="C0",
+            label=f"importance order (mean of {n_seeds})")
+    if n_seeds > 1:
+        ax.fill_between(xs, [r["importance_ci95_low"] for r in agg], [r["importance_ci95_high"] for r in agg],
+                        color="C0", alpha=0.25, label="importance order, 95% CI over seeds")
+    ax.set_xlabel("% of heads pruned")
+    ax.set_ylabel(key + (" (lower is better)" if key in ("bpb", "loss") else " (higher is better)"))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
-def ablate(ckpt: str | Path, out: str | Path | None = None, split: str = "validation",
-           max_batches: int | None = 20, step: float = 0.1, prune: bool = True,
-           run_dir: str | Path | None = None, batch_size: int | None = None, seed: int = 0) -> dict[str, Any]:
-    """Run everything and write the outputs; returns {"base", "heads", "pruning", "out"}."""
-    from mhalab.checkpoint import load_module
-
-    torch.manual_seed(seed)
-    module = load_module(ckpt)
-    run_cfg = load_run_config(ckpt, run_dir)
-    dm = build_data(run_cfg, batch_size)
-    batches = eval_batches(dm, split, max_batches)
-    base, rows = single_head_ablation(module, batches)
-    imp = importance(module, batches)
-    order = sorted(rows, key=lambda r: -imp[r["layer"], r["index"]].item())
-    for rank, r in enumerate(order, 1):
-        r["importance"] = imp[r["layer"], r["index"]].item()
-        r["rank"] = rank
-    curve = pruning_curve(module, batches, step) if prune else []
-
-    out = Path(out) if out else run_dir_of(ckpt) / "ablation"
+def ablate(checkpoints: list[Path], out: Path | None = None, importance_split: str = "validation",
+           eval_split: str = "test", max_batches: int | None = 20, step: float = 0.1, n_random: int = 10,
+           prune: bool = True, seed: int = 0, batch_size: int | None = None) -> dict[str, Any]:
+    """Run everything and write the outputs; returns {"results", "pruning", "out"}."""
+    check_number("--step", step, 0, 1, low_open=True)
+    check_int("--random-orders", n_random, 0, 10_000)
+    if max_batches is not None:
+        check_int("--batches", max_batches, 1)
+    if batch_size is not None:
+        check_int("--batch-size", batch_size, 1)
+    results = [ablate_one(Path(c), importance_split, eval_split, max_batches, step, n_random, prune, seed, batch_size)
+               for c in checkpoints]
+    shapes = {(r["task"], r["n_layers"], r["n_heads"]) for r in results}
+    if len(shapes) > 1:
+        raise ConfigError(f"the checkpoints are of different tasks or shapes {sorted(shapes)}: give seeds of one "
+                          "configuration")
+    first = results[0]
+    key = headline(first["base"])
+    out = Path(out) if out else Path(first["run_dir"]) / "ablation"
     out.mkdir(parents=True, exist_ok=True)
-    key = "bpb" if "bpb" in base else "loss"
-    metrics = list(base)
-    head_cols = ["head", "layer", "index", "importance", "rank"] + \
-        [f"{kind}_d{m}" for kind in ("zero", "mean") for m in metrics] + \
-        [f"{kind}_{m}" for kind in ("zero", "mean") for m in metrics]
-    full_row = {"head": "none", "layer": "", "index": "", "importance": "", "rank": "",
-                **{f"{kind}_{m}": base[m] for kind in ("zero", "mean") for m in metrics},
-                **{f"{kind}_d{m}": 0.0 for kind in ("zero", "mean") for m in metrics}}
-    all_rows = [full_row] + rows
-    _write_csv(all_rows, head_cols, out / "heads.csv")
+    metrics = list(first["base"])
+    head_cols = ["checkpoint", "head", "layer", "index", "importance", "rank"] + \
+        [f"{kind}_d{m}" for kind in ("zero", "mean") for m in metrics]
+    all_heads = [{"checkpoint": Path(r["checkpoint"]).name, **h} for r in results for h in r["heads"]]
+    _write_csv(all_heads, head_cols, out / "heads.csv")
     short = ["head", "importance", "rank"] + [f"{kind}_d{m}" for kind in ("zero", "mean") for m in metrics]
-    task = run_cfg.get("data", {}).get("task")
-    (out / "heads.md").write_text(
-        f"# Single-head ablation: {Path(ckpt).name}\n\nTask {task}, {split} split ({len(batches)} batches). "
-        f"Full model: " + ", ".join(f"{k} {v:.4f}" for k, v in base.items()) +
-        ". Δ = ablated minus full model (zero: head output set to 0; mean: replaced by its mean over the "
-        "evaluation tokens). Importance: E|dL/d gate| normalised per layer (Michel et al. 2019), rank 1 = most "
-        "important.\n\n" + _md_table(all_rows, short) + "\n")
-    curve_cols = ["n_pruned", "fraction"] + metrics + ["pruned_now"]
-    if curve:
-        _write_csv(curve, curve_cols, out / "pruning.csv")
+    text = [f"# Single-head ablation\n\nTask {first['task']}; importance on the {importance_split} split, ablations "
+            f"on the {eval_split} split. Δ = ablated minus full model (zero: head output set to 0; mean: replaced by "
+            "its mean over the evaluation tokens). Importance: mean over examples of |dL/d gate|, normalised per "
+            "layer (Michel et al. 2019); rank 1 = most important."]
+    for r in results:
+        base = ", ".join(f"{k} {v:.4f}" for k, v in r["base"].items())
+        text += [f"\n## {r['checkpoint']} (seed {r['seed']})\n\nFull model: {base}.\n", _md_table(r["heads"], short)]
+    (out / "heads.md").write_text("\n".join(text) + "\n")
+    plot_heatmaps(first["heads"], first["n_layers"], first["n_heads"], key, out / "ablation_heatmap.png")
+    agg = aggregate_curves(results, key) if prune else []
+    if agg:
+        cols = ["fraction", "n_pruned", f"importance_{key}", "importance_ci95_low", "importance_ci95_high",
+                f"random_{key}", "random_p10", "random_p90", "diff_mean", "diff_ci95_low", "diff_ci95_high", "diff_p",
+                "diff_mde80", "diff_verdict"]
+        _write_csv(agg, cols, out / "pruning.csv")
+        better = "lower" if key in ("bpb", "loss") else "higher"
         (out / "pruning.md").write_text(
-            f"# Iterative head pruning: {Path(ckpt).name}\n\nPrune the least important {step:.0%} of the heads "
-            f"at a time, re-estimating importance after each step; {split} split.\n\n" +
-            _md_table(curve, curve_cols) + "\n")
-        plot_pruning(curve, key, out / "pruning_curve.png", f"{task}: iterative head pruning ({Path(ckpt).name})")
-    layers = list(module.attention_layers())
-    plot_heatmaps(rows, len(layers), layers[0].n_heads, key, out / "ablation_heatmap.png")
-    result = {"checkpoint": str(ckpt), "task": task, "split": split, "batches": len(batches), "base": base,
-              "heads": rows, "pruning": curve}
+            f"# Head pruning: importance order against random orders\n\nTask {first['task']}; {len(results)} "
+            f"checkpoint(s), {n_random} random orders each; {step:.0%} of the heads per step, importance re-estimated on "
+            f"the {importance_split} split after each step; `{key}` on the {eval_split} split ({better} is better). "
+            "diff = importance order minus the mean of the random orders, paired by checkpoint, with its 95% CI and "
+            "minimum detectable effect (80% power).\n\n" + _md_table(agg, cols) + "\n")
+        plot_pruning(agg, key, out / "pruning_curve.png",
+                     f"{first['task']}: iterative head pruning (Michel et al. 2019) vs random orders",
+                     len(results), n_random)
+    result = {"results": results, "pruning": agg, "importance_split": importance_split, "eval_split": eval_split,
+              "key": key}
     (out / "ablation.json").write_text(json.dumps(result, indent=2))
     result["out"] = out
     return result
 
 
-def kv_args(argv: list[str]) -> list[str]:
-    """`key=value` arguments become `--key value` (dashes for underscores)."""
-    out = []
-    for a in argv:
-        if "=" in a and not a.startswith("-") and not Path(a).exists():
-            k, v = a.split("=", 1)
-            out += [f"--{k.replace('_', '-')}", v]
-        else:
-            out.append(a)
-    return out
-
-
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m mhalab.ablate", description=__doc__.split("\n\n")[0])
-    p.add_argument("checkpoint")
-    p.add_argument("--out", help="output folder (default <run_dir>/ablation)")
-    p.add_argument("--split", default="validation", choices=["validation", "test"])
-    p.add_argument("--batches", type=int, default=20, help="evaluation batches (0 = the whole split)")
-    p.add_argument("--batch-size", type=int, default=None, help="default: the run's data.batch_size")
-    p.add_argument("--step", type=float, default=0.1, help="fraction of all heads pruned per step")
-    p.add_argument("--no-prune", action="store_true", help="skip the pruning curve")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch threads (default: torch's choice; 1 is much faster on a small, busy CPU)")
-    p.add_argument("--run-dir", help="training run directory holding summary.json (default: inferred)")
-    a = p.parse_args(kv_args(sys.argv[1:] if argv is None else argv))
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    try:
-        r = ablate(a.checkpoint, a.out, a.split, a.batches or None, a.step, not a.no_prune, a.run_dir, a.batch_size)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+def run_cli(args) -> int:
+    if args.threads:
+        check_int("--threads", args.threads, 1, 4096)
+        torch.set_num_threads(args.threads)
+    if args.importance_split == args.eval_split:
+        print(f"warning: importance and evaluation both on the {args.eval_split} split: the pruning curve is then "
+              "judged on the data that ranked the heads", file=sys.stderr)
+    r = ablate(args.checkpoints, args.out, args.importance_split, args.eval_split, args.batches or None, args.step,
+               args.random_orders, not args.no_prune, args.seed, args.batch_size)
     print((r["out"] / "heads.md").read_text())
     if r["pruning"]:
         print((r["out"] / "pruning.md").read_text())
     print(f"wrote {r['out']}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    from mhalab.cli import run_command
+
+    sys.exit(run_command("ablate", sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mhalab.errors import ConfigError
-
-BACKENDS = ("sdpa", "math")
+from mhalab.checks import check_choice, check_int, check_number
+from mhalab.heads import kv_head_of, resolve_heads
+from mhalab.schema import BACKENDS
 
 
 class KVCache:
@@ -60,8 +60,13 @@ def rotate_half(x: Tensor) -> Tensor:
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotary position embedding (RoFormer, GPT-NeoX layout). x: (B, H, T, D); cos, sin: (T, D)."""
-    return x * cos + rotate_half(x) * sin
+    """Rotary position embedding (RoFormer, GPT-NeoX layout) on the first R features of each head, the rest passed
+    through (partial rotary, as in GPT-NeoX's rotary_pct). x: (B, H, T, D); cos, sin: (T, R), R even, R <= D."""
+    R = cos.shape[-1]
+    if R == x.shape[-1]:
+        return x * cos + rotate_half(x) * sin
+    rot, rest = x[..., :R], x[..., R:]
+    return torch.cat((rot * cos + rotate_half(rot) * sin, rest), dim=-1)
 
 
 class MultiHeadAttention(nn.Module):
@@ -84,23 +89,10 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, d_head: int | None = None,
                  bias: bool = True, dropout: float = 0.0, backend: str = "sdpa"):
         super().__init__()
-        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        for name, value in (("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"{name}={value!r}: {name} must be a positive integer")
-        if n_heads % n_kv_heads:
-            raise ConfigError(f"n_kv_heads={n_kv_heads} with n_heads={n_heads}: n_kv_heads must divide n_heads")
-        if d_head is None:
-            if d_model % n_heads:
-                raise ConfigError(f"d_head=None with d_model={d_model}, n_heads={n_heads}: d_model must be "
-                                  "divisible by n_heads, or give d_head explicitly")
-            d_head = d_model // n_heads
-        if not isinstance(d_head, int) or isinstance(d_head, bool) or d_head <= 0:
-            raise ConfigError(f"d_head={d_head!r}: d_head must be a positive integer (or None for d_model // n_heads)")
-        if backend not in BACKENDS:
-            raise ConfigError(f"backend={backend!r}: backend must be one of {', '.join(BACKENDS)}")
-        if not 0.0 <= dropout < 1.0:
-            raise ConfigError(f"dropout={dropout!r}: dropout must be in [0, 1)")
+        check_int("d_model", d_model, 1)
+        n_kv_heads, d_head = resolve_heads(d_model, n_heads, n_kv_heads, d_head)
+        check_choice("backend", backend, BACKENDS)
+        check_number("dropout", dropout, 0, 1, high_open=True)
         self.d_model, self.n_heads, self.n_kv_heads, self.d_head = d_model, n_heads, n_kv_heads, d_head
         self.backend, self.dropout = backend, dropout
         self.q_proj = nn.Linear(d_model, n_heads * d_head, bias=bias)
@@ -116,7 +108,7 @@ class MultiHeadAttention(nn.Module):
 
     def kv_head_of(self, head: int) -> int:
         """The KV head that query head `head` reads."""
-        return head // self.group_size
+        return kv_head_of(head, self.n_heads, self.n_kv_heads)
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "

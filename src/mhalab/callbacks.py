@@ -1,140 +1,319 @@
-"""HeadStatsCallback: per-head attention statistics on a fixed probe batch, logged while training.
+"""Every Lightning callback mhalab adds to a run.
 
-Every `every_n_steps` optimizer steps and at each validation end, one extra no-grad pass asks the model for its
-attention weights (the math path; training keeps the fast sdpa backend) and logs, for every layer l and head h,
-`attn/L{l}H{h}/{stat}`, plus per-layer summaries `attn/L{l}/{stat}_mean` and the GQA group similarity
-`attn/L{l}/within_group_jsd` / `between_group_jsd`. At the end of training it computes head importance (Michel et al.
-2019) and draws the pictures into <run_dir>/plots (logged to wandb as images too).
+- `HeadStatsCallback`: per-head attention statistics on a fixed probe batch while training; importance and pictures
+  at the end (configured by the `stats` node, `_target_` in conf/callbacks/default.yaml).
+- `ProgressLog`: a log line every n steps when there is no progress bar to watch (files, nohup, SLURM).
+- `LastCheckpoint`: `checkpoints/last.ckpt` at every checkpoint event, every n steps and on demand.
+- `StepSeed`: every random draw of a training step comes from (seed, step), never from what ran before.
+- `GracefulStop`: SIGINT, SIGTERM, SIGUSR1/2 stop training at the next step boundary with a checkpoint.
+- `FaultInjection`: deliberate crashes for the recovery tests.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
+import random
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import Checkpoint
 from torch import Tensor
 
+from mhalab import faults
 from mhalab import stats as S
+from mhalab.evaluation import eval_mode
+from mhalab.heads import head_label
+from mhalab.schema import StatsConfig
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("mhalab")
+LAST = Path("checkpoints") / "last.ckpt"
 
 
 class HeadStatsCallback(L.Callback):
-    def __init__(self, probe_batch: dict[str, Tensor], every_n_steps: int = 50, importance: bool = True,
-                 importance_batches: int = 8, plots: bool = True, plot_dir: str | Path | None = None,
-                 decode=None, max_plot_tokens: int = 48):
-        self.probe = probe_batch
-        self.every_n_steps = every_n_steps
-        self.importance = importance
-        self.importance_batches = importance_batches
-        self.plots = plots
-        self.plot_dir = Path(plot_dir) if plot_dir is not None else None
-        self.decode = decode  # ids -> list of token strings, for plot tick labels
-        self.max_plot_tokens = max_plot_tokens
-        self.table: dict[str, dict[str, float]] = {}  # latest {"L0H0": {stat: value}}
-        self.groups: dict[str, dict[str, Any]] = {}  # latest {"L0": kv_group_similarity(...)}
-        self.importance_table: dict[str, float] = {}
+    """Statistics of every head on the datamodule's probe batch: every `every_n_steps` optimizer steps and at each
+    validation end (one extra no-grad pass through the math path; training keeps its backend), logged as
+    `attn/L{l}H{h}/{stat}`, `attn/L{l}/{stat}_mean` and the GQA group similarity `attn/L{l}/within_group_jsd` /
+    `between_group_jsd`. At the end of training: importance (Michel et al. 2019) on validation batches and the
+    pictures in <run_dir>/plots. A failure there is logged and recorded in `summary()`, never fatal.
+    """
+
+    def __init__(self, stats: StatsConfig | dict | None = None):
+        self.cfg = stats if isinstance(stats, StatsConfig) else StatsConfig(**(stats or {}))
+        self.probe: dict[str, Tensor] | None = None
+        self.decode = None  # ids -> token strings, for plot tick labels
+        self.plot_dir: Path | None = None
+        self.stats: dict[str, Tensor] = {}  # latest {stat: (n_layers, n_heads)}
+        self.groups: dict[str, Tensor] = {}  # latest {"within_group_jsd" | "between_group_jsd": (n_layers,)}
         self.attentions: list[Tensor] = []  # latest probe weights, n_layers x (B, H, T, T)
-        self.plot_paths: list[str] = []
+        self.importance: Tensor | None = None  # (n_layers, n_heads)
+        self.plot_paths: list[Path] = []
+        self.errors: list[str] = []
 
-    # --- the measurement -------------------------------------------------------------------------------
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.probe is None and trainer.datamodule is not None:
+            self.probe = trainer.datamodule.probe_batch(self.cfg.probe_size)
+            self.decode = trainer.datamodule.decode
+        self.plot_dir = Path(trainer.default_root_dir) / "plots"
+
     @torch.no_grad()
-    def measure(self, pl_module: L.LightningModule) -> tuple[dict, dict, list[Tensor]]:
-        """Statistics of every layer on the probe batch; returns (table, groups, weights per layer)."""
-        was_training = pl_module.training
-        pl_module.eval()
-        try:
-            batch = {k: v.to(pl_module.device) for k, v in self.probe.items()}
+    def measure(self, pl_module) -> tuple[dict[str, Tensor], dict[str, Tensor], list[Tensor]]:
+        """(stats {stat: (L, H)}, groups {key: (L,)}, weights per layer) of the probe batch."""
+        with eval_mode(pl_module):
+            batch = pl_module.to_device(self.probe)
             attentions = pl_module(batch, need_weights=True).attentions  # n_layers x (B, H, T, T)
-        finally:
-            pl_module.train(was_training)
-        pad = batch.get("padding_mask")
-        causal = pl_module.model_cfg.causal
-        per_layer, groups = [], {}
-        for layer, w in enumerate(attentions):
-            per_layer.append(S.head_stats(w, pad, causal=causal))
-            sim = S.head_similarity(w, pad)
-            groups[f"L{layer}"] = S.kv_group_similarity(sim, pl_module.model_cfg.n_kv_heads)
-        return S.stats_table(per_layer), groups, attentions
+        stats, groups = S.layer_stats(attentions, batch.get("padding_mask"), pl_module.arch.causal,
+                                      pl_module.arch.attention.n_kv_heads)
+        return stats, groups, attentions
 
-    def _log(self, pl_module: L.LightningModule, table: dict, groups: dict) -> None:
-        metrics = {f"attn/{head}/{stat}": v for head, row in table.items() for stat, v in row.items()}
-        n_layers = pl_module.model_cfg.n_layers
-        for layer in range(n_layers):
-            rows = [row for head, row in table.items() if head.startswith(f"L{layer}H")]
-            for stat in S.STAT_NAMES:
-                metrics[f"attn/L{layer}/{stat}_mean"] = sum(r[stat] for r in rows) / len(rows)
-            for key in ("within_group_jsd", "between_group_jsd"):
-                value = groups[f"L{layer}"][key]
-                if not math.isnan(value):
-                    metrics[f"attn/L{layer}/{key}"] = value
+    def update(self, pl_module) -> None:
+        self.stats, self.groups, self.attentions = self.measure(pl_module)
+        metrics = {}
+        for stat, values in self.stats.items():  # (L, H)
+            for layer, row in enumerate(values.tolist()):
+                metrics.update({f"attn/{head_label(layer, h)}/{stat}": v for h, v in enumerate(row)})
+                metrics[f"attn/L{layer}/{stat}_mean"] = sum(row) / len(row)
+        for key, values in self.groups.items():  # (L,)
+            metrics.update({f"attn/L{layer}/{key}": v for layer, v in enumerate(values.tolist())
+                            if not math.isnan(v)})
         for logger in pl_module.loggers:
             logger.log_metrics(metrics, step=pl_module.global_step)
 
-    def update(self, pl_module: L.LightningModule) -> None:
-        self.table, self.groups, self.attentions = self.measure(pl_module)
-        self._log(pl_module, self.table, self.groups)
-
-    # --- Lightning hooks ---------------------------------------------------------------------------------
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
-        step = trainer.global_step  # optimizer steps done
-        if step % self.every_n_steps == 0 and trainer.is_global_zero:
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.cfg.enabled and trainer.global_step % self.cfg.every_n_steps == 0 and trainer.is_global_zero:
             self.update(pl_module)
 
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not trainer.sanity_checking and trainer.is_global_zero and trainer.state.fn == "fit":
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if self.cfg.enabled and not trainer.sanity_checking and trainer.is_global_zero and trainer.state.fn == "fit":
             self.update(pl_module)
 
-    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not trainer.is_global_zero:
+    def finish(self, trainer, pl_module) -> None:
+        """The end-of-training extras: a last measurement, importance and pictures (called by mhalab.train once the
+        final weights are known)."""
+        if not (self.cfg.enabled and trainer.is_global_zero):
             return
-        self.update(pl_module)
-        if self.importance:
-            loader = trainer.datamodule.val_dataloader() if trainer.datamodule is not None else None
-            self.importance_table = self.compute_importance(pl_module, loader)
-        if self.plots and self.plot_dir is not None:
-            self.draw(pl_module)
+        self._guarded("statistics", lambda: self.update(pl_module))
+        if self.cfg.importance:
+            self._guarded("importance", lambda: self._importance(trainer, pl_module))
+        if self.cfg.plots:
+            self._guarded("plots", lambda: self.draw(pl_module))
 
-    # --- importance and pictures -------------------------------------------------------------------------
-    def compute_importance(self, pl_module: L.LightningModule, loader=None) -> dict[str, float]:
-        """Head importance over the first `importance_batches` batches of loader (default: the probe batch)."""
-        batches = []
-        for batch in loader or []:
-            batches.append({k: v.to(pl_module.device) for k, v in batch.items()})
-            if len(batches) >= self.importance_batches:
-                break
-        if not batches:
-            batches = [{k: v.to(pl_module.device) for k, v in self.probe.items()}]
-        was_training = pl_module.training
-        pl_module.eval()
+    def _guarded(self, what: str, fn) -> None:
         try:
-            imp = S.head_importance(pl_module, batches, lambda m, b: m.loss_and_logits(b)[0])  # (L, H)
-        finally:
-            pl_module.train(was_training)
-        return {f"L{l}H{h}": float(imp[l, h]) for l in range(imp.shape[0]) for h in range(imp.shape[1])}
+            fn()
+        except Exception as e:  # noqa: BLE001 - an extra must never lose the run's results
+            message = f"{what} failed: {type(e).__name__}: {e}"
+            log.error("head statistics: %s (the run's metrics are kept)", message)
+            self.errors.append(message)
 
-    def draw(self, pl_module: L.LightningModule) -> None:
+    def _importance(self, trainer, pl_module) -> None:
+        from mhalab.evaluation import importance
+
+        batches = []
+        for batch in trainer.datamodule.val_dataloader():
+            batches.append(batch)
+            if len(batches) >= self.cfg.importance_batches:
+                break
+        self.importance = importance(pl_module, batches or [self.probe])
+
+    def draw(self, pl_module) -> None:
         from mhalab import plots
 
         self.plot_dir.mkdir(parents=True, exist_ok=True)
-        table = {head: dict(row) for head, row in self.table.items()}
-        for head, value in self.importance_table.items():
-            table[head]["importance"] = value
-        paths = plots.plot_stat_heatmaps(table, self.plot_dir)
-        attentions = self.attentions or self.measure(pl_module)[2]
-        ids = self.probe["input_ids"][0]
-        pad = self.probe.get("padding_mask")
+        matrices = dict(self.stats)
+        if self.importance is not None:
+            matrices["importance"] = self.importance
+        paths = plots.plot_stat_heatmaps(matrices, self.plot_dir)
+        ids, pad = self.probe["input_ids"][0], self.probe.get("padding_mask")
         n_valid = int((~pad[0]).sum()) if pad is not None else ids.numel()
         tokens = self.decode(ids[:n_valid].tolist()) if self.decode else [str(i) for i in ids[:n_valid].tolist()]
-        maps = [w[0, :, :n_valid, :n_valid].float().cpu() for w in attentions]  # n_layers x (H, T, T)
+        maps = [w[0, :, :n_valid, :n_valid].float().cpu() for w in self.attentions]  # n_layers x (H, T, T)
         paths.append(plots.plot_attention_maps(maps, tokens, self.plot_dir / "attention_maps.png",
-                                               max_tokens=self.max_plot_tokens))
-        self.plot_paths = [str(p) for p in paths]
+                                               max_tokens=self.cfg.max_plot_tokens))
+        self.plot_paths = paths
         for logger in pl_module.loggers:
             if hasattr(logger, "log_image"):
-                logger.log_image(key="attn/pictures", images=self.plot_paths,
-                                 caption=[Path(p).stem for p in self.plot_paths])
+                for p in paths:  # one key per picture: their sizes differ
+                    logger.log_image(key=f"attn/{p.stem}", images=[str(p)])
+
+    def summary(self) -> dict[str, Any]:
+        """This callback's part of summary.json: (L, H) matrices as nested lists, plot paths, errors."""
+        return {
+            "head_stats": {k: v.tolist() for k, v in self.stats.items()},
+            "head_importance": self.importance.tolist() if self.importance is not None else None,
+            "kv_groups": {k: v.tolist() for k, v in self.groups.items()},
+            "plots": [str(p) for p in self.plot_paths],
+            "extras_errors": list(self.errors),
+        }
+
+
+class ProgressLog(L.Callback):
+    """One line every `every_n_steps` optimizer steps (step, epoch, loss, tokens/s, ETA) and one per validation,
+    to the `mhalab` logger (stdout and <run_dir>/train.log) — the view of a run whose output is not a terminal."""
+
+    def __init__(self, every_n_steps: int = 50):
+        self.every_n_steps = every_n_steps
+        self._t0 = self._tokens0 = self._step0 = 0
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._t0, self._tokens0, self._step0 = time.perf_counter(), pl_module.tokens_seen, trainer.global_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if not trainer.is_global_zero or step % self.every_n_steps or step == self._step0:
+            return
+        elapsed = time.perf_counter() - self._t0
+        rate = (pl_module.tokens_seen - self._tokens0) / max(elapsed, 1e-9)
+        total = trainer.estimated_stepping_batches
+        eta = elapsed / (step - self._step0) * (total - step) if math.isfinite(total) else float("nan")
+        loss = trainer.callback_metrics.get("train/loss")
+        log.info("step %d/%s | epoch %d | train/loss %s | %.0f tokens/s | ETA %s", step,
+                 int(total) if math.isfinite(total) else "?", trainer.current_epoch,
+                 f"{float(loss):.4f}" if loss is not None else "-", rate, _duration(eta))
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.is_global_zero and not trainer.sanity_checking and trainer.state.fn == "fit":
+            shown = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+            log.info("step %d | %s", trainer.global_step, " | ".join(f"{k} {v:.4f}" for k, v in sorted(shown.items())))
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m // 60}h{m % 60:02d}m" if m >= 60 else f"{m}m{s:02d}s"
+
+
+class LastCheckpoint(Checkpoint):
+    """Writes <run_dir>/checkpoints/last.ckpt at every validation end of training, every `every_n_steps` optimizer
+    steps (if set) and whenever `save(trainer)` is called (end of training, a stop signal). Subclassing
+    `Checkpoint` makes Lightning call it after the best-model checkpoint, so last.ckpt holds that one's state too."""
+
+    def __init__(self, run_dir: str | Path, every_n_steps: int | None = None):
+        self.path = Path(run_dir) / LAST
+        self.every_n_steps = every_n_steps
+
+    def save(self, trainer) -> None:
+        trainer.save_checkpoint(self.path, weights_only=False)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.every_n_steps and trainer.global_step % self.every_n_steps == 0:
+            self.save(trainer)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking and trainer.state.fn == "fit":
+            self.save(trainer)
+
+
+def seed_all(seed: int) -> None:
+    """Seed python, numpy and torch from one integer."""
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+class StepSeed(L.Callback):
+    """Reseed python, numpy and torch (dropout) from (seed, step, rank) before every training step, so that no
+    step's randomness depends on what ran before it in this process (data loading, statistics, a restart)."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        seed_all(self.seed * 100_003 + 7919 * (trainer.global_step + 1) + trainer.global_rank)
+
+
+class Interrupted(Exception):
+    """Training was stopped by a signal; `exit_code` is 128 + the signal number."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        self.exit_code = 128 + signum
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+
+
+class GracefulStop(L.Callback):
+    """SIGINT, SIGTERM (what schedulers send) and SIGUSR1/SIGUSR2 (SLURM's warning before a time limit or
+    preemption) stop a run cleanly. During training the stop waits for the next step boundary, where
+    `LastCheckpoint` saves the state and `Interrupted` is raised; outside training (data preparation, test) it is
+    raised at once. Install with `with stop.installed():` around the whole run; Lightning replaces handlers when
+    fitting starts, so they are installed again at `on_train_start`."""
+
+    def __init__(self, last: LastCheckpoint):
+        self.last = last
+        self.requested: int | None = None
+        self.in_training = False
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested is None:
+            log.warning("received %s: stopping at the next step boundary", signal.Signals(signum).name)
+        self.requested = signum
+        if not self.in_training:
+            raise Interrupted(signum)
+
+    def install(self) -> None:
+        for sig in STOP_SIGNALS:
+            self._previous.setdefault(sig, signal.getsignal(sig))
+            signal.signal(sig, self._handle)
+
+    def uninstall(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+    def check(self) -> None:
+        """Raise Interrupted if a stop was requested."""
+        if self.requested is not None:
+            raise Interrupted(self.requested)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.install()
+        self.in_training = True
+        self.check()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.requested is not None:
+            self.last.save(trainer)
+            self.check()
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.in_training = False
+
+
+class FaultInjection(L.Callback):
+    """Deliberate failures for testing recovery (the `fault` node; all off by default).
+
+    kill_at_step: SIGKILL this process before optimizer step N (a crash mid-epoch, nothing flushed).
+    nan_at_step: fill one weight with NaN before step N, so the loss turns NaN through the real code path.
+    kill_at: SIGKILL at a named point (see `mhalab.faults.POINTS`), armed for the whole process.
+    """
+
+    def __init__(self, kill_at_step: int | None = None, nan_at_step: int | None = None, kill_at: str | None = None):
+        self.kill_at_step, self.nan_at_step = kill_at_step, nan_at_step
+        faults.arm(kill_at)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if self.kill_at_step is not None and step == self.kill_at_step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.nan_at_step is not None and step == self.nan_at_step:
+            with torch.no_grad():
+                next(pl_module.parameters()).fill_(float("nan"))
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if trainer.state.fn == "fit" and not trainer.sanity_checking:
+            faults.point("validation")
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        faults.point("test")

@@ -1,58 +1,110 @@
-"""Loading checkpoints safely: `torch.load(weights_only=True)` only, so no pickled code from a file ever runs.
+"""Checkpoints: written atomically, read safely, and the runs they belong to.
 
-A checkpoint written by `mhalab.train` holds the model's EncoderConfig, objective and classes in its
-hyperparameters; `load_module` rebuilds exactly that model and refuses, with one sentence, a file that is not a
-checkpoint or whose weights do not fit the architecture its hyperparameters (or the caller) describe. The data
-config lives beside it in the run directory: `load_run_config` reads it and `build_data` rebuilds the task.
+A checkpoint written by `mhalab.train` holds the resolved `Architecture` and the optimiser settings in its
+hyperparameters. `load_module` reads it with `torch.load(weights_only=True)` (tensors and plain values only, so a
+pickle that would run code is refused), checks the architecture and that the stored weights have exactly the
+parameter count it implies *before* building the model (a forged `vocab_size=2e8` allocates nothing), then loads
+the weights strictly. The run's data config comes from its `summary.json` (`mhalab.summary`).
 """
 
 from __future__ import annotations
 
-import json
+import io
 import os
 import pickle
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
+from mhalab import faults
 from mhalab.errors import ConfigError
+from mhalab.schema import Architecture
+from mhalab.summary import RunSummary, read_summary
+
+KEYS = ("arch", "optim", "token_bytes")  # the AttentionLitModule arguments a checkpoint keeps
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """torch.save to a temporary file in the same directory, fsync, then os.replace onto the target: a kill at any
+    moment leaves the old or the new checkpoint, never half of one. Loading is always weights_only."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            buffer = io.BytesIO()
+            torch.save(checkpoint, buffer)  # serialise first: a failed write then raises OSError, not torch's own
+            with os.fdopen(fd, "wb") as f:
+                f.write(buffer.getbuffer())
+                f.flush()
+                os.fsync(f.fileno())
+            faults.point("checkpoint_write")
+            os.replace(tmp, path)
+        except OSError as e:
+            Path(tmp).unlink(missing_ok=True)
+            raise OSError(e.errno, e.strerror, str(path)) from None
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def load_checkpoint(self, path, map_location: Any | None = None, weights_only: bool | None = None):
+        return super().load_checkpoint(path, map_location=map_location, weights_only=True)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """The checkpoint dict, loaded with weights_only=True (tensors and plain Python values only)."""
+    """The checkpoint dict, loaded with weights_only=True, its hyperparameters checked."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"checkpoint {path} does not exist (give the path of a .ckpt file written by mhalab.train)")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as e:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"checkpoint {path} cannot be loaded safely (weights_only=True): {first}") from None
-    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "hyper_parameters" not in ckpt:
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict) or \
+            not isinstance(ckpt.get("hyper_parameters"), dict):
         raise ConfigError(f"checkpoint {path} is not an mhalab training checkpoint (no state_dict/hyper_parameters)")
     hp = ckpt["hyper_parameters"]
-    if not isinstance(hp, dict) or "model_cfg" not in hp or "objective" not in hp:
-        raise ConfigError(f"checkpoint {path} was not written by mhalab.train (hyperparameters lack model_cfg)")
+    if "arch" not in hp or "optim" not in hp:
+        raise ConfigError(f"checkpoint {path} was not written by this mhalab (its hyperparameters lack arch and optim)")
+    try:
+        arch = Architecture.from_dict(hp["arch"])
+    except (ConfigError, TypeError) as e:
+        raise ConfigError(f"checkpoint {path} has an invalid architecture: {e}") from None
+    _check_weights_fit(path, arch, ckpt["state_dict"])
     return ckpt
 
 
-def load_module(path: str | Path, expect: dict[str, Any] | None = None):
-    """An AttentionLitModule rebuilt from a checkpoint's hyperparameters, weights loaded strictly, in eval mode.
+def _check_weights_fit(path: Path, arch: Architecture, state: dict) -> None:
+    """The stored parameters must number exactly what the architecture implies (checked before building it)."""
+    from mhalab.cost import encoder_params
 
-    expect: EncoderConfig fields the caller requires (e.g. {"n_heads": 8}); a mismatch is a ConfigError.
+    stored = sum(v.numel() for k, v in state.items() if isinstance(v, torch.Tensor) and k.startswith("model.")
+                 and not k.endswith("head_gate") and not (arch.model.tie_weights and k.endswith("lm_head.weight")))
+    expected = encoder_params(arch)
+    if stored != expected:
+        raise ConfigError(f"checkpoint {path}: its weights hold {stored:,} parameters but its architecture implies "
+                          f"{expected:,}; the file is damaged or was not written by mhalab.train")
+
+
+def load_module(path: str | Path, expect: dict[str, Any] | None = None):
+    """An AttentionLitModule rebuilt from a checkpoint, weights loaded strictly, in eval mode.
+
+    expect: attention fields the caller requires (e.g. {"n_heads": 8}); a mismatch is a ConfigError.
     """
     from mhalab.module import AttentionLitModule
 
     ckpt = load_checkpoint(path)
-    hp = dict(ckpt["hyper_parameters"])
+    hp = ckpt["hyper_parameters"]
     for key, value in (expect or {}).items():
-        if hp["model_cfg"].get(key) != value:
-            raise ConfigError(f"checkpoint {path} has {key}={hp['model_cfg'].get(key)!r}, expected {value!r}: "
-                              "pass a checkpoint of that architecture")
-    hp.pop("_instantiator", None)
-    module = AttentionLitModule(**{k: hp[k] for k in ("model_cfg", "objective", "n_classes", "optim", "pooling",
-                                                       "tie_weights", "token_bytes") if k in hp})
+        if hp["arch"]["attention"].get(key) != value:
+            raise ConfigError(f"checkpoint {path} has attention.{key}={hp['arch']['attention'].get(key)!r}, expected "
+                              f"{value!r}: pass a checkpoint of that architecture")
+    module = AttentionLitModule(**{k: hp[k] for k in KEYS if k in hp})
     try:
         module.load_state_dict(ckpt["state_dict"], strict=True)
     except RuntimeError as e:
@@ -67,33 +119,17 @@ def run_dir_of(ckpt: str | Path) -> Path:
     return ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
 
 
-def load_run_config(ckpt: str | Path, run_dir: str | Path | None = None) -> dict[str, Any]:
-    """The resolved training config of the run that wrote `ckpt` (from summary.json, else .hydra/config.yaml)."""
+def load_run(ckpt: str | Path, run_dir: str | Path | None = None) -> tuple[Path, RunSummary]:
+    """(run directory, its RunSummary) of the run that wrote `ckpt`."""
     rd = Path(run_dir) if run_dir else run_dir_of(ckpt)
-    summary = rd / "summary.json"
-    if summary.is_file():
-        s = json.loads(summary.read_text())
-        if isinstance(s.get("config"), dict):
-            return {**s["config"], "_summary": s}
-    hydra_cfg = rd / ".hydra" / "config.yaml"
-    if hydra_cfg.is_file():
-        from omegaconf import OmegaConf
-
-        os.environ.setdefault("MHALAB_ROOT", str(rd.parents[2]) if len(rd.parents) > 2 else os.getcwd())
-        cfg = OmegaConf.load(hydra_cfg)
-        out = {k: OmegaConf.to_container(cfg[k], resolve=True) for k in ("data", "model", "attention", "optim",
-                                                                          "trainer") if k in cfg}
-        out["seed"] = cfg.get("seed", 0)
-        return out
-    raise ConfigError(f"no summary.json or .hydra/config.yaml in {rd}: give --run-dir, the training run directory "
-                      f"that holds the checkpoint's config")
+    return rd, read_summary(rd)
 
 
-def build_data(run_cfg: dict[str, Any], batch_size: int | None = None):
-    """The run's datamodule, set up (tokenized cache reused)."""
+def build_data(summary: RunSummary, batch_size: int | None = None):
+    """The run's datamodule, set up (its tokenized cache reused)."""
     from mhalab.data import build_datamodule
 
-    dm = build_datamodule(run_cfg["data"], batch_size=batch_size, seed=int(run_cfg.get("seed", 0)))
+    dm = build_datamodule(summary.config["data"], batch_size=batch_size, seed=int(summary.config.get("seed", 0)))
     dm.prepare_data()
     dm.setup("fit")
     return dm

@@ -7,7 +7,7 @@ The one place these numbers come from: training logs, MFU and the benchmarks all
 
 from __future__ import annotations
 
-from mhalab.model import EncoderConfig
+from mhalab.schema import Architecture
 
 
 def attention_flops(n: int, d_model: int, n_heads: int, d_head: int, n_kv_heads: int | None = None,
@@ -49,48 +49,68 @@ def feedforward_flops(n: int, d_model: int, d_ff: int) -> int:
     return 2 * 2 * n * d_model * d_ff
 
 
-def encoder_flops(cfg: EncoderConfig, n: int, objective: str = "classification", n_classes: int = 2) -> dict[str, int]:
+def encoder_flops(arch: Architecture, n: int) -> dict[str, int]:
     """Forward FLOPs of the whole model on one sequence of n tokens.
 
     Parts: attention (all layers), feedforward (all layers), head (classifier on one pooled vector, or the
     LM transform plus output layer at every position), total; and `per_token` = total / n.
     """
-    attn = cfg.n_layers * attention_flops(n, cfg.d_model, cfg.n_heads, cfg.d_head, cfg.n_kv_heads)["total"]
-    ff = cfg.n_layers * feedforward_flops(n, cfg.d_model, cfg.d_ff)
-    if objective == "classification":
-        head = 2 * cfg.d_model * n_classes
+    m, a = arch.model, arch.attention
+    attn = m.n_layers * attention_flops(n, m.d_model, a.n_heads, a.d_head, a.n_kv_heads)["total"]
+    ff = m.n_layers * feedforward_flops(n, m.d_model, m.d_ff)
+    if arch.objective == "classification":
+        head = 2 * m.d_model * arch.n_classes
     else:
-        head = 2 * n * cfg.d_model * cfg.d_model + 2 * n * cfg.d_model * cfg.vocab_size
+        head = 2 * n * m.d_model * m.d_model + 2 * n * m.d_model * arch.vocab_size
     total = attn + ff + head
     return {"attention": attn, "feedforward": ff, "head": head, "total": total, "per_token": total / n}
 
 
-def encoder_params(cfg: EncoderConfig, objective: str = "classification", n_classes: int = 2,
-                   pooling: str = "cls", tie_weights: bool = True) -> int:
-    """Trainable parameters of `build_model(cfg, objective, n_classes)` (closed form; the tests check it)."""
-    d, b = cfg.d_model, int(cfg.bias)
-    embed = cfg.vocab_size * d + (cfg.max_len * d if cfg.pos == "learned" else 0)
-    block = (attention_params(d, cfg.n_heads, cfg.d_head, cfg.n_kv_heads, cfg.bias)
-             + (d * cfg.d_ff + b * cfg.d_ff) + (cfg.d_ff * d + b * d)  # feed-forward
+def encoder_params(arch: Architecture) -> int:
+    """Trainable parameters of `build_model(arch)` (closed form; the tests check it)."""
+    m, a = arch.model, arch.attention
+    d, b = m.d_model, int(m.bias)
+    embed = arch.vocab_size * d + (m.max_len * d if m.pos == "learned" else 0)
+    block = (attention_params(d, a.n_heads, a.d_head, a.n_kv_heads, m.bias)
+             + (d * m.d_ff + b * m.d_ff) + (m.d_ff * d + b * d)  # feed-forward
              + 2 * 2 * d)  # two LayerNorms
-    final_norm = 2 * d if cfg.norm == "pre" else 0
-    if objective == "classification":
-        head = d * n_classes + n_classes
+    final_norm = 2 * d if m.norm == "pre" else 0
+    if arch.objective == "classification":
+        head = d * arch.n_classes + arch.n_classes
     else:
-        head = (d * d + d) + 2 * d + cfg.vocab_size + (0 if tie_weights else cfg.vocab_size * d)
-    return embed + cfg.n_layers * block + final_norm + head
+        head = (d * d + d) + 2 * d + arch.vocab_size + (0 if m.tie_weights else arch.vocab_size * d)
+    return embed + m.n_layers * block + final_norm + head
 
 
-def model_cost(cfg: EncoderConfig, seq_len: int, objective: str = "classification", n_classes: int = 2,
-               bytes_per_element: int = 4) -> dict[str, float]:
+def model_cost(arch: Architecture, seq_len: int, bytes_per_element: int = 4) -> dict[str, float]:
     """The figures a run logs: parameters, forward FLOPs per token at seq_len, KV-cache bytes per token."""
+    flops = encoder_flops(arch, seq_len)
     return {
-        "params": encoder_params(cfg, objective, n_classes),
-        "flops_per_token": encoder_flops(cfg, seq_len, objective, n_classes)["per_token"],
-        "attention_flops_per_token": encoder_flops(cfg, seq_len, objective, n_classes)["attention"] / seq_len,
-        "kv_cache_bytes_per_token": kv_cache_bytes(cfg.n_kv_heads, cfg.d_head, bytes_per_element,
-                                                   n_layers=cfg.n_layers),
+        "params": encoder_params(arch),
+        "flops_per_token": flops["per_token"],
+        "attention_flops_per_token": flops["attention"] / seq_len,
+        "kv_cache_bytes_per_token": kv_cache_bytes(arch.attention.n_kv_heads, arch.attention.d_head,
+                                                   bytes_per_element, n_layers=arch.model.n_layers),
     }
+
+
+def memory_estimate(train_cfg) -> int:
+    """Bytes a training run needs at least, before any data is read (a `mhalab.schema.TrainConfig`):
+    parameters, gradients and AdamW's two moments in float32, the positional tables, and the activations of one
+    batch (about 16 d_model + 2 d_ff + 3 H*D floats per token per layer, plus the (H, T, T) weights the
+    statistics probe materialises). Deliberately a lower bound: it refuses what cannot fit, not what might not."""
+    d = train_cfg.data
+    vocab = max(d.vocab_size, 261)  # bpe trains at most vocab_size tokens; byte-level has 261
+    arch = train_cfg.architecture(vocab, d.objective or "classification", max(2, d.n_classes or 2))
+    m, a = arch.model, arch.attention
+    params = encoder_params(arch)
+    tables = (2 * m.max_len * a.d_head if m.pos == "rotary" else m.max_len * m.d_model if m.pos == "sinusoidal"
+              else 0)
+    B, T = d.batch_size, d.max_len
+    per_token_layer = 16 * m.d_model + 2 * m.d_ff + 3 * a.n_heads * a.d_head
+    activations = B * T * m.n_layers * per_token_layer + B * T * vocab * int(arch.objective != "classification")
+    probe = train_cfg.stats.probe_size * a.n_heads * T * T * m.n_layers if train_cfg.stats.enabled else 0
+    return 4 * (4 * params + tables + activations + probe)
 
 
 def measured_flops(fn, *args, **kwargs) -> int:

@@ -8,67 +8,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mhalab.attention import KVCache, MultiHeadAttention
-from mhalab.errors import ConfigError
-
-NORMS = ("pre", "post")
-POSITIONS = ("learned", "sinusoidal", "rotary")
-POOLINGS = ("cls", "mean")
-
-
-@dataclass
-class EncoderConfig:
-    vocab_size: int
-    max_len: int = 512
-    d_model: int = 128
-    n_layers: int = 2
-    n_heads: int = 4
-    n_kv_heads: int | None = None  # None = n_heads (MHA); 1 = MQA; a divisor = GQA
-    d_head: int | None = None  # None = d_model // n_heads
-    d_ff: int = 512
-    dropout: float = 0.1  # embeddings, residual branches, feed-forward
-    attn_dropout: float = 0.0  # on attention weights
-    norm: str = "pre"  # pre | post
-    pos: str = "learned"  # learned | sinusoidal | rotary
-    backend: str = "sdpa"  # sdpa | math
-    bias: bool = True
-    causal: bool = False  # True: each position sees only itself and the past (next-token objectives)
-
-    def __post_init__(self):
-        for name in ("vocab_size", "max_len", "d_model", "n_layers", "d_ff"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"model.{name}={value!r}: {name} must be a positive integer")
-        if self.norm not in NORMS:
-            raise ConfigError(f"model.norm={self.norm!r}: norm must be one of {', '.join(NORMS)}")
-        if self.pos not in POSITIONS:
-            raise ConfigError(f"model.pos={self.pos!r}: pos must be one of {', '.join(POSITIONS)}")
-        for name in ("dropout", "attn_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ConfigError(f"model.{name}={getattr(self, name)!r}: {name} must be in [0, 1)")
-        # The attention layer checks n_heads / n_kv_heads / d_head / backend; build one on the meta device.
-        with torch.device("meta"):
-            attn = MultiHeadAttention(self.d_model, self.n_heads, self.n_kv_heads, self.d_head, backend=self.backend)
-        self.n_kv_heads, self.d_head = attn.n_kv_heads, attn.d_head
-        if self.pos == "rotary" and self.d_head % 2:
-            raise ConfigError(f"attention.d_head={self.d_head} with model.pos=rotary: rotary positions need an even d_head")
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "EncoderConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(f"unknown model key(s) {', '.join(unknown)}: allowed keys are {', '.join(sorted(known))}")
-        return cls(**d)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+from mhalab.schema import Architecture
 
 
 def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
@@ -81,11 +28,12 @@ def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
     return table
 
 
-def rotary_tables(max_len: int, d_head: int, base: float = 10000.0) -> tuple[Tensor, Tensor]:
-    """cos and sin tables (max_len, d_head) for rotary positions (Su et al. 2021, NeoX half-split layout)."""
-    inv = 1.0 / base ** (torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)  # (D/2,)
-    angles = torch.outer(torch.arange(max_len, dtype=torch.float32), inv)  # (max_len, D/2)
-    angles = torch.cat((angles, angles), dim=-1)  # (max_len, D)
+def rotary_tables(max_len: int, rotary_dim: int, base: float = 10000.0) -> tuple[Tensor, Tensor]:
+    """cos and sin tables (max_len, rotary_dim) for rotary positions (Su et al. 2021, NeoX half-split layout):
+    rotary_dim / 2 frequencies base^(-2i / rotary_dim). A head of width d_head rotates its first rotary_dim features."""
+    inv = 1.0 / base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim)  # (R/2,)
+    angles = torch.outer(torch.arange(max_len, dtype=torch.float32), inv)  # (max_len, R/2)
+    angles = torch.cat((angles, angles), dim=-1)  # (max_len, R)
     return angles.cos(), angles.sin()
 
 
@@ -103,15 +51,16 @@ class FeedForward(nn.Module):
 class Block(nn.Module):
     """One encoder block. pre-LN: x + f(LN(x)); post-LN (Vaswani et al. 2017): LN(x + f(x))."""
 
-    def __init__(self, cfg: EncoderConfig):
+    def __init__(self, arch: Architecture):
         super().__init__()
-        self.norm_first = cfg.norm == "pre"
-        self.attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_head, bias=cfg.bias,
-                                       dropout=cfg.attn_dropout, backend=cfg.backend)
-        self.ln1 = nn.LayerNorm(cfg.d_model)
-        self.ln2 = nn.LayerNorm(cfg.d_model)
-        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.bias)
-        self.dropout = nn.Dropout(cfg.dropout)
+        m, a = arch.model, arch.attention
+        self.norm_first = m.norm == "pre"
+        self.attn = MultiHeadAttention(m.d_model, a.n_heads, a.n_kv_heads, a.d_head, bias=m.bias, dropout=a.dropout,
+                                       backend=a.backend)
+        self.ln1 = nn.LayerNorm(m.d_model)
+        self.ln2 = nn.LayerNorm(m.d_model)
+        self.ff = FeedForward(m.d_model, m.d_ff, m.dropout, m.bias)
+        self.dropout = nn.Dropout(m.dropout)
 
     def forward(self, x: Tensor, padding_mask: Tensor | None, causal: bool, need_weights: bool,
                 rotary: tuple[Tensor, Tensor] | None, cache: KVCache | None) -> tuple[Tensor, Tensor | None]:
@@ -136,21 +85,22 @@ class EncoderOutput:
 class Encoder(nn.Module):
     """Token embedding, positions, n_layers blocks and a final norm (pre-LN only; post-LN blocks end normed)."""
 
-    def __init__(self, cfg: EncoderConfig):
+    def __init__(self, arch: Architecture):
         super().__init__()
-        self.cfg = cfg
-        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        if cfg.pos == "learned":
-            self.pos_emb = nn.Embedding(cfg.max_len, cfg.d_model)
-        elif cfg.pos == "sinusoidal":
-            self.register_buffer("pos_table", sinusoidal_table(cfg.max_len, cfg.d_model), persistent=False)
+        self.arch = arch
+        m, a = arch.model, arch.attention
+        self.tok_emb = nn.Embedding(arch.vocab_size, m.d_model)
+        if m.pos == "learned":
+            self.pos_emb = nn.Embedding(m.max_len, m.d_model)
+        elif m.pos == "sinusoidal":
+            self.register_buffer("pos_table", sinusoidal_table(m.max_len, m.d_model), persistent=False)
         else:
-            cos, sin = rotary_tables(cfg.max_len, cfg.d_head)
+            cos, sin = rotary_tables(m.max_len, m.rotary_dim or a.d_head, m.rope_base)
             self.register_buffer("rotary_cos", cos, persistent=False)
             self.register_buffer("rotary_sin", sin, persistent=False)
-        self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        self.ln_f = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
+        self.drop = nn.Dropout(m.dropout)
+        self.blocks = nn.ModuleList(Block(arch) for _ in range(m.n_layers))
+        self.ln_f = nn.LayerNorm(m.d_model) if m.norm == "pre" else nn.Identity()
         self.apply(_init_weights)
 
     def attention_layers(self) -> list[MultiHeadAttention]:
@@ -158,9 +108,9 @@ class Encoder(nn.Module):
 
     def new_caches(self, batch_size: int, max_len: int | None = None, dtype: torch.dtype | None = None) -> list[KVCache]:
         """One empty KVCache per layer, for incremental decoding with `causal=True`."""
-        c, p = self.cfg, self.tok_emb.weight
-        return [KVCache(batch_size, c.n_kv_heads, max_len or c.max_len, c.d_head, dtype or p.dtype, p.device)
-                for _ in range(c.n_layers)]
+        a, p = self.arch.attention, self.tok_emb.weight
+        return [KVCache(batch_size, a.n_kv_heads, max_len or self.arch.model.max_len, a.d_head, dtype or p.dtype,
+                        p.device) for _ in range(self.arch.model.n_layers)]
 
     def forward(self, input_ids: Tensor, padding_mask: Tensor | None = None, need_weights: bool = False,
                 caches: list[KVCache] | None = None) -> EncoderOutput:
@@ -168,20 +118,20 @@ class Encoder(nn.Module):
         next T tokens after what the caches hold (and padding_mask, if given, covers all cached positions)."""
         B, T = input_ids.shape
         start = caches[0].length if caches else 0
-        if start + T > self.cfg.max_len:
-            raise ValueError(f"sequence of {start + T} tokens exceeds model.max_len={self.cfg.max_len}")
+        if start + T > self.arch.model.max_len:
+            raise ValueError(f"sequence of {start + T} tokens exceeds model.max_len={self.arch.model.max_len}")
         x = self.tok_emb(input_ids)  # (B, T, d_model)
         rotary = None
-        if self.cfg.pos == "learned":
+        if self.arch.model.pos == "learned":
             x = x + self.pos_emb(torch.arange(start, start + T, device=input_ids.device))
-        elif self.cfg.pos == "sinusoidal":
+        elif self.arch.model.pos == "sinusoidal":
             x = x + self.pos_table[start:start + T]
         else:
             rotary = (self.rotary_cos, self.rotary_sin)
         x = self.drop(x)
         attentions = [] if need_weights else None
         for i, block in enumerate(self.blocks):
-            x, w = block(x, padding_mask, self.cfg.causal, need_weights, rotary, caches[i] if caches else None)
+            x, w = block(x, padding_mask, self.arch.causal, need_weights, rotary, caches[i] if caches else None)
             if need_weights:
                 attentions.append(w)
         return EncoderOutput(self.ln_f(x), attentions)
@@ -202,17 +152,13 @@ class ModelOutput:
 
 
 class SequenceClassifier(nn.Module):
-    """Encoder + pooling ("cls": the first token; "mean": mean over non-padding tokens) + linear classifier."""
+    """Encoder + pooling (model.pooling "cls": the first token; "mean": over non-padding tokens) + linear classifier."""
 
-    def __init__(self, cfg: EncoderConfig, n_classes: int, pooling: str = "cls"):
+    def __init__(self, arch: Architecture):
         super().__init__()
-        if pooling not in POOLINGS:
-            raise ConfigError(f"model.pooling={pooling!r}: pooling must be one of {', '.join(POOLINGS)}")
-        if not isinstance(n_classes, int) or n_classes < 2:
-            raise ConfigError(f"n_classes={n_classes!r}: a classifier needs at least 2 classes")
-        self.encoder = Encoder(cfg)
-        self.pooling = pooling
-        self.classifier = nn.Linear(cfg.d_model, n_classes)
+        self.encoder = Encoder(arch)
+        self.pooling = arch.model.pooling
+        self.classifier = nn.Linear(arch.model.d_model, arch.n_classes)
         _init_weights(self.classifier)
 
     def attention_layers(self) -> list[MultiHeadAttention]:
@@ -233,14 +179,15 @@ class LanguageModel(nn.Module):
     """Encoder + token-level LM head (dense-GELU-LayerNorm transform as in BERT, then an output layer tied to the
     token embedding). Masked LM with a bidirectional encoder, next-token LM with `causal=True`."""
 
-    def __init__(self, cfg: EncoderConfig, tie_weights: bool = True):
+    def __init__(self, arch: Architecture):
         super().__init__()
-        self.encoder = Encoder(cfg)
-        self.transform = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_model), nn.GELU(), nn.LayerNorm(cfg.d_model))
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size)
+        d = arch.model.d_model
+        self.encoder = Encoder(arch)
+        self.transform = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.LayerNorm(d))
+        self.lm_head = nn.Linear(d, arch.vocab_size)
         self.transform.apply(_init_weights)
         _init_weights(self.lm_head)
-        if tie_weights:
+        if arch.model.tie_weights:
             self.lm_head.weight = self.encoder.tok_emb.weight
 
     def attention_layers(self) -> list[MultiHeadAttention]:
@@ -252,11 +199,6 @@ class LanguageModel(nn.Module):
         return ModelOutput(self.lm_head(self.transform(out.hidden)), out.attentions)  # (B, T, vocab_size)
 
 
-def build_model(cfg: EncoderConfig, objective: str, n_classes: int | None = None, pooling: str = "cls",
-                tie_weights: bool = True) -> SequenceClassifier | LanguageModel:
-    """The model for a data objective: "classification" -> SequenceClassifier; "mlm" / "clm" -> LanguageModel."""
-    if objective == "classification":
-        return SequenceClassifier(cfg, n_classes, pooling)
-    if objective in ("mlm", "clm"):
-        return LanguageModel(cfg, tie_weights)
-    raise ConfigError(f"data.objective={objective!r}: objective must be one of classification, mlm, clm")
+def build_model(arch: Architecture) -> SequenceClassifier | LanguageModel:
+    """The model for an architecture's objective: classification -> SequenceClassifier; mlm / clm -> LanguageModel."""
+    return SequenceClassifier(arch) if arch.objective == "classification" else LanguageModel(arch)

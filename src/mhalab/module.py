@@ -1,22 +1,24 @@
-"""The LightningModule: one model (classifier or LM), AdamW with warm-up + cosine, torchmetrics.
+"""The LightningModule: one model (classifier or LM), AdamW with warm-up and cosine decay, and the metrics of
+`mhalab.evaluation`.
 
-Logged metrics: train/loss, train/acc, val/loss, val/acc, val/acc_best, test/loss, test/acc; for LM objectives
-also val/bpb and test/bpb (bits per UTF-8 byte of the predicted tokens).
+Logged: train/loss (per step), train/acc, val/loss, val/acc, val/acc_best, test/loss, test/acc; for text language
+modelling also val/bpb and test/bpb (bits per UTF-8 byte of the predicted tokens).
 """
 
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from torch import Tensor
-from torchmetrics import MaxMetric, MeanMetric, SumMetric
-from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics import MaxMetric, MeanMetric, Metric
 
-from mhalab.model import EncoderConfig, build_model
+from mhalab.evaluation import batch_sums, mean_cross_entropy, metrics_from_sums
+from mhalab.model import build_model
+from mhalab.schema import Architecture
 
 
 def lr_lambda(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> float:
@@ -27,100 +29,137 @@ def lr_lambda(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: floa
     return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+class EvalSums(Metric):
+    """The running (nats, correct, count, bytes) of `mhalab.evaluation.batch_sums`, summed across processes."""
+
+    full_state_update = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("sums", default=torch.zeros(4, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, sums: Tensor) -> None:
+        self.sums += sums.to(self.sums)
+
+    def compute(self) -> Tensor:
+        return self.sums
+
+
 class AttentionLitModule(L.LightningModule):
-    """Trains `build_model(EncoderConfig(**model_cfg), objective, n_classes)`.
+    """Trains `build_model(Architecture.from_dict(arch))`.
 
     Args:
-        model_cfg: EncoderConfig fields as a dict (kept in the checkpoint's hyperparameters).
-        objective: "classification", "mlm" or "clm".
-        n_classes: classes of a classification task (None for LM objectives).
-        optim: lr, weight_decay, betas, eps, warmup_steps, warmup_ratio, min_lr_ratio.
-        pooling, tie_weights: passed to build_model.
-        token_bytes: (vocab_size,) UTF-8 bytes of each token, for bits-per-byte (LM objectives).
+        arch: the resolved architecture as a dict (`Architecture.to_dict()`; kept in the checkpoint).
+        optim: `OptimConfig` fields as a dict.
+        token_bytes: (vocab_size,) UTF-8 bytes of each token, for bits per byte; None when the tokens are not text
+            (then no bpb is reported).
     """
 
-    def __init__(self, model_cfg: dict, objective: str, n_classes: int | None, optim: dict,
-                 pooling: str = "cls", tie_weights: bool = True, token_bytes: list[int] | None = None):
+    def __init__(self, arch: dict, optim: dict, token_bytes: list[int] | None = None):
         super().__init__()
         self.save_hyperparameters()
-        self.model_cfg = EncoderConfig(**model_cfg)
-        self.objective = objective
-        self.model = build_model(self.model_cfg, objective, n_classes, pooling, tie_weights)
-        n_out = n_classes if objective == "classification" else self.model_cfg.vocab_size
-        self.train_acc = MulticlassAccuracy(n_out, average="micro", ignore_index=-100)
-        self.val_acc = MulticlassAccuracy(n_out, average="micro", ignore_index=-100)
-        self.test_acc = MulticlassAccuracy(n_out, average="micro", ignore_index=-100)
-        self.train_loss, self.val_loss, self.test_loss = MeanMetric(), MeanMetric(), MeanMetric()
+        self.arch = Architecture.from_dict(arch)
+        self.model = build_model(self.arch)
+        self.is_lm = self.arch.objective != "classification"
+        self.reports_bpb = self.is_lm and token_bytes is not None
+        self.register_buffer("token_bytes", torch.tensor(token_bytes) if self.reports_bpb else None,
+                             persistent=False)
+        self.train_loss, self.train_sums = MeanMetric(), EvalSums()
+        self.val_sums, self.test_sums = EvalSums(), EvalSums()
         self.val_acc_best = MaxMetric()
         self.val_acc_best.persistent(True)  # saved in checkpoints, so a resumed run keeps its best
-        self.is_lm = objective != "classification"
-        if self.is_lm:
-            tb = torch.tensor(token_bytes if token_bytes is not None else [1] * self.model_cfg.vocab_size)
-            self.register_buffer("token_bytes", tb, persistent=False)
-            self.val_nats, self.val_bytes = SumMetric(), SumMetric()
-            self.test_nats, self.test_bytes = SumMetric(), SumMetric()
+        # run state kept in checkpoints (`on_save_checkpoint`), so a resumed run reports what an uninterrupted one does
         self.tokens_seen = 0  # input tokens (padding included) through training steps
+        self.fit_s = 0.0  # seconds of training before this process (the training loop adds its own)
+        self.last_val_step = -1  # the optimizer step of the latest validation during training
+        self.final_metrics: dict[str, float] = {}  # train/loss of the last step, val/* of the latest validation
 
     def attention_layers(self):
         return self.model.attention_layers()
 
+    def to_device(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        return {k: v.to(self.device) for k, v in batch.items()}
+
     def forward(self, batch: dict[str, Tensor], need_weights: bool = False):
         return self.model(batch["input_ids"], batch.get("padding_mask"), need_weights=need_weights)
 
-    def loss_and_logits(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-        """(mean loss, logits flattened to (N, C), targets (N,) with -100 = ignore)."""
-        logits = self(batch).logits
-        labels = batch["labels"]
+    def logits_and_labels(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """logits flattened to (N, C) and targets (N,), -100 where nothing is predicted."""
+        logits, labels = self(batch).logits, batch["labels"]
         if self.is_lm:
-            logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)  # (B*T, V), (B*T,)
-        loss = F.cross_entropy(logits.float(), labels, ignore_index=-100)
-        return loss, logits, labels
+            return logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)  # (B*T, V), (B*T,)
+        return logits, labels  # (B, n_classes), (B,)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        loss, logits, labels = self.loss_and_logits(batch)
+        logits, labels = self.logits_and_labels(batch)
+        loss = mean_cross_entropy(logits, labels)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"loss is {loss.item()} at step {self.global_step}")
         self.tokens_seen += batch["input_ids"].numel()
+        self._last_loss = loss.detach()
         self.train_loss(loss)
-        self.train_acc(logits.detach(), labels)
+        self.train_sums(batch_sums(logits.detach(), labels))
         self.log("train/loss", self.train_loss, on_step=True, on_epoch=False, prog_bar=True)
-        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True)
         return loss
 
-    def _eval_step(self, batch: dict[str, Tensor], stage: str) -> None:
-        loss, logits, labels = self.loss_and_logits(batch)
-        getattr(self, f"{stage}_loss")(loss, weight=(labels != -100).sum())
-        getattr(self, f"{stage}_acc")(logits, labels)
-        self.log(f"{stage}/loss", getattr(self, f"{stage}_loss"), on_epoch=True, prog_bar=True)
-        self.log(f"{stage}/acc", getattr(self, f"{stage}_acc"), on_epoch=True, prog_bar=True)
-        if self.is_lm:
-            valid = labels != -100
-            nats = F.cross_entropy(logits.float()[valid], labels[valid], reduction="sum")
-            getattr(self, f"{stage}_nats")(nats)
-            getattr(self, f"{stage}_bytes")(self.token_bytes[labels[valid]].sum())
+    def on_train_epoch_end(self) -> None:
+        self.log("train/acc", metrics_from_sums(self.train_sums.compute(), False)["acc"])
+        self.train_sums.reset()
+
+    def _eval_step(self, batch: dict[str, Tensor], sums: EvalSums) -> None:
+        logits, labels = self.logits_and_labels(batch)
+        sums(batch_sums(logits, labels, self.token_bytes))
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, "val")
+        self._eval_step(batch, self.val_sums)
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, "test")
+        self._eval_step(batch, self.test_sums)
 
-    def _log_bpb(self, stage: str) -> None:
-        if self.is_lm:
-            nats, nbytes = getattr(self, f"{stage}_nats"), getattr(self, f"{stage}_bytes")
-            self.log(f"{stage}/bpb", nats.compute() / (math.log(2) * nbytes.compute().clamp_min(1)))
-            nats.reset()
-            nbytes.reset()
+    def _log_eval(self, stage: str, sums: EvalSums) -> dict[str, float]:
+        metrics = metrics_from_sums(sums.compute(), self.reports_bpb)
+        sums.reset()
+        for key, value in metrics.items():
+            self.log(f"{stage}/{key}", value, prog_bar=key != "bpb")
+        return metrics
 
     def on_validation_epoch_end(self) -> None:
-        self._log_bpb("val")
-        if not self.trainer.sanity_checking:
-            self.val_acc_best(self.val_acc.compute())
-        self.log("val/acc_best", self.val_acc_best.compute() if self.val_acc_best.update_called else 0.0,
-                 prog_bar=True)
+        metrics = self._log_eval("val", self.val_sums)
+        if self.trainer.sanity_checking:
+            return
+        self.val_acc_best(metrics["acc"])
+        best = float(self.val_acc_best.compute())
+        self.log("val/acc_best", best, prog_bar=True)
+        self.last_val_step = self.global_step
+        self.final_metrics.update({f"val/{k}": v for k, v in metrics.items()}, **{"val/acc_best": best})
+        if getattr(self, "_last_loss", None) is not None:
+            self.final_metrics["train/loss"] = float(self._last_loss)
+
+    def on_train_end(self) -> None:
+        if getattr(self, "_last_loss", None) is not None:
+            self.final_metrics["train/loss"] = float(self._last_loss)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        elapsed = time.perf_counter() - self._fit_start if getattr(self, "_fit_start", None) else 0.0
+        checkpoint["mhalab"] = {"tokens_seen": self.tokens_seen, "fit_s": self.fit_s + elapsed,
+                                "last_val_step": self.last_val_step, "final_metrics": dict(self.final_metrics)}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        state = checkpoint.get("mhalab") or {}
+        self.tokens_seen = int(state.get("tokens_seen", 0))
+        self.fit_s = float(state.get("fit_s", 0.0))
+        self.last_val_step = int(state.get("last_val_step", -1))
+        self.final_metrics = dict(state.get("final_metrics") or {})
+
+    def on_fit_start(self) -> None:
+        self._fit_start = time.perf_counter()
+
+    def on_fit_end(self) -> None:
+        self.fit_s += time.perf_counter() - self._fit_start
+        self._fit_start = None
 
     def on_test_epoch_end(self) -> None:
-        self._log_bpb("test")
+        self._log_eval("test", self.test_sums)
 
     def configure_optimizers(self) -> dict[str, Any]:
         o = self.hparams.optim
@@ -128,10 +167,21 @@ class AttentionLitModule(L.LightningModule):
         no_decay = [p for p in self.parameters() if p.requires_grad and p.dim() < 2]
         optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=o["lr"], betas=tuple(o.get("betas", (0.9, 0.999))), eps=o.get("eps", 1e-8))
+            lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"])
         total = max(1, int(self.trainer.estimated_stepping_batches))
-        warmup = int(o["warmup_ratio"] * total) if o.get("warmup_ratio") is not None else o.get("warmup_steps", 0)
+        warmup = int(o["warmup_ratio"] * total) if o.get("warmup_ratio") is not None else o["warmup_steps"]
         warmup = min(warmup, total)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: lr_lambda(step, warmup, total, o.get("min_lr_ratio", 0.1)))
+            optimizer, lambda step: lr_lambda(step, warmup, total, o["min_lr_ratio"]))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+
+def variant(module: AttentionLitModule, **attention: Any) -> AttentionLitModule:
+    """A new module like `module` (same model sizes, optimiser settings, token bytes) with some attention sizes
+    changed, e.g. `variant(m, n_kv_heads=2)`; its weights are freshly initialised."""
+    import copy
+
+    arch = copy.deepcopy(dict(module.hparams["arch"]))
+    arch["attention"] = {**arch["attention"], **attention}
+    return AttentionLitModule(arch, copy.deepcopy(dict(module.hparams["optim"])), module.hparams.get("token_bytes"))

@@ -2,29 +2,26 @@
 
 Figures are built as `matplotlib.figure.Figure` objects and saved with the Agg canvas: no pyplot state, no
 display and no global backend switch (safe to import from a notebook).
-CLI: `python -m mhalab.plots <run_dir> [--out DIR]` redraws the heatmaps from <run_dir>/summary.json.
+CLI: `mhalab plots <run_dir> [--out DIR]` redraws a run's pictures into a new folder (default
+<run_dir>/plots-redrawn-<time>): the heatmaps from its summary.json, the attention maps from its checkpoint.
 """
 
 import argparse
-import json
-import math
 import sys
+from datetime import datetime
 from pathlib import Path
 
-import numpy as np
-import torch
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-
 from mhalab.errors import ConfigError
-from mhalab.stats import layer_head_matrix
 
-def new_figure(**kwargs) -> Figure:
+def new_figure(**kwargs):
     """A matplotlib Figure with an Agg canvas attached (no display needed, pyplot's global state untouched).
 
     The canvas matters: a draw on a bare Figure (as seaborn's heatmap does to check tick labels) took ~6 GB of memory
     for an 8-panel attention grid; with Agg attached it takes ~30 MB.
     """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     fig = Figure(**kwargs)
     FigureCanvasAgg(fig)
     return fig
@@ -34,12 +31,14 @@ def new_figure(**kwargs) -> Figure:
 _UNIT_STATS = {"entropy_norm", "confidence", "first_token", "self", "prev", "next"}
 
 
-def attention_figure(weights_per_layer, tokens, max_tokens: int = 48, pad_token: str | None = None) -> Figure:
+def attention_figure(weights_per_layer, tokens, max_tokens: int = 48, pad_token: str | None = None):
     """Grid of attention maps for one example: layers as rows, heads as columns, panels titled L{l}H{h}.
 
     weights_per_layer: one (H, T, T) tensor per layer. tokens: T strings; positions whose token equals
     `pad_token`, and positions past len(tokens), are dropped, then the first `max_tokens` are kept.
     """
+    import torch
+
     if not weights_per_layer:
         raise ValueError("weights_per_layer is empty")
     keep = [i for i, t in enumerate(tokens) if pad_token is None or t != pad_token][:max_tokens]
@@ -61,8 +60,9 @@ def attention_figure(weights_per_layer, tokens, max_tokens: int = 48, pad_token:
             # imshow, not sns.heatmap: seaborn redraws the whole figure per panel to check tick labels (6 s for 8).
             vmax = max(float(w[h].max()), 1e-6)
             image = ax.imshow(w[h].numpy(), vmin=0.0, vmax=vmax, cmap="viridis", interpolation="nearest")
-            ax.set_xticks(range(n), labels, rotation=90)
-            ax.set_yticks(range(n), labels)
+            shown = tick_positions(n, panel)
+            ax.set_xticks(shown, [labels[i] for i in shown], rotation=90)
+            ax.set_yticks(shown, [labels[i] for i in shown])
             colorbar = fig.colorbar(image, ax=ax, shrink=0.6, pad=0.02)
             colorbar.ax.tick_params(labelsize=6)
             ax.set_title(f"L{layer}H{h} (max {vmax:.2g})", fontsize=10)
@@ -73,6 +73,12 @@ def attention_figure(weights_per_layer, tokens, max_tokens: int = 48, pad_token:
     return fig
 
 
+def tick_positions(n: int, inches: float, per_inch: float = 9.0) -> list[int]:
+    """Every k-th of n positions, k chosen so at most `per_inch` labels share an inch of axis (none overlap)."""
+    step = max(1, -(-n // max(1, int(inches * per_inch))))
+    return list(range(0, n, step))
+
+
 def plot_attention_maps(weights_per_layer, tokens, path, max_tokens: int = 48, pad_token: str | None = None) -> Path:
     """Save the attention_figure grid (rows = query, columns = key) as a PNG; returns the path."""
     path = Path(path)
@@ -81,13 +87,15 @@ def plot_attention_maps(weights_per_layer, tokens, path, max_tokens: int = 48, p
     return path
 
 
-def stat_figure(table: dict[str, dict[str, float]], stat: str) -> Figure:
-    """Annotated layer x head heatmap of one statistic (rows L0.., columns H0..)."""
-    m = layer_head_matrix(table, stat).numpy()  # (n_layers, n_heads)
+def stat_figure(matrix, stat: str):
+    """Annotated layer x head heatmap of one statistic, a (n_layers, n_heads) tensor (rows L0.., columns H0..)."""
+    import numpy as np
+
+    m = matrix.detach().float().cpu().numpy() if hasattr(matrix, "detach") else np.asarray(matrix, dtype=float)
     n_layers, n_heads = m.shape
     fig = new_figure(figsize=(1.6 + 0.7 * n_heads, 1.0 + 0.5 * n_layers), layout="constrained")
     ax = fig.subplots()
-    unit = stat in _UNIT_STATS
+    unit = stat in _UNIT_STATS or stat == "importance"  # importance is normalised per layer: within [0, 1]
     cmap = "magma" if stat == "importance" else "viridis"
     lo, hi = (0.0, 1.0) if unit else (float(np.nanmin(m)), float(np.nanmax(m)))
     image = ax.imshow(m, cmap=cmap, vmin=lo, vmax=hi if hi > lo else lo + 1e-9, aspect="auto")
@@ -99,63 +107,54 @@ def stat_figure(table: dict[str, dict[str, float]], stat: str) -> Figure:
     ax.set_yticks(range(n_layers), [f"L{i}" for i in range(n_layers)])
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
-    ax.set_title("head importance |dL/d gate|" if stat == "importance" else stat)
-    ax.tick_params(axis="y", rotation=0)
+    ax.set_title("head importance E|dL/d gate|, normalised per layer" if stat == "importance" else stat, fontsize=9)
     return fig
 
 
-def plot_stat_heatmaps(table: dict[str, dict[str, float]], out_dir, stats=None) -> list[Path]:
-    """Save one heatmap per statistic as out_dir/stat_{name}.png (plus stat_importance.png when present).
+def plot_stat_heatmaps(matrices: dict, out_dir, stats=None) -> list[Path]:
+    """Save one heatmap per statistic, {name: (n_layers, n_heads)}, as out_dir/stat_{name}.png.
 
-    stats: names to draw; None draws every statistic in the table.
+    stats: names to draw; None draws every one.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    present = list(dict.fromkeys(k for row in table.values() for k in row))
-    names = present if stats is None else list(stats)
-    if "importance" in present and "importance" not in names:
-        names.append("importance")
     paths = []
-    for name in names:
+    for name in (list(matrices) if stats is None else list(stats)):
         path = out_dir / f"stat_{name}.png"
-        stat_figure(table, name).savefig(path, dpi=120)
+        stat_figure(matrices[name], name).savefig(path, dpi=120)
         paths.append(path)
     return paths
 
 
-def load_summary_table(run_dir) -> dict[str, dict[str, float]]:
-    """Head table from <run_dir>/summary.json: "head_stats" merged with "head_importance" (as "importance")."""
-    path = Path(run_dir) / "summary.json"
-    if not path.is_file():
-        raise ConfigError(f"cannot redraw plots: {path} does not exist (run training or evaluation first).")
-    try:
-        summary = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"cannot redraw plots: {path} is not valid JSON ({e}).") from e
-    if not isinstance(summary.get("head_stats"), dict) or not summary["head_stats"]:
-        raise ConfigError(f"cannot redraw plots: {path} has no 'head_stats' table.")
-    table = {label: dict(row) for label, row in summary["head_stats"].items()}
-    for label, value in (summary.get("head_importance") or {}).items():
-        if value is not None and not (isinstance(value, float) and math.isnan(value)):
-            table.setdefault(label, {})["importance"] = float(value)
-    return table
+def summary_matrices(summary) -> dict:
+    """{stat: (n_layers, n_heads) tensor} of a RunSummary: its head statistics and (as "importance") importance."""
+    from mhalab.summary import head_matrix
+
+    matrices = {name: head_matrix(rows) for name, rows in summary.head_stats.items()}
+    if summary.head_importance is not None:
+        matrices["importance"] = head_matrix(summary.head_importance)
+    return matrices
 
 
 def attention_maps_from_checkpoint(run_dir, out_dir, checkpoint=None, max_tokens: int = 48) -> Path:
-    """Redraw the probe example's attention maps from a checkpoint of a run (default: its best, else last.ckpt).
+    """Redraw the probe example's attention maps from a checkpoint of a run (default: the one it tested).
 
-    The data task comes from the run's saved config; the checkpoint is loaded with weights_only=True.
+    The data task comes from the run's summary.json; the checkpoint is loaded with weights_only=True.
     """
-    from mhalab.checkpoint import build_data, load_module, load_run_config
+    import torch
+
+    from mhalab.checkpoint import build_data, load_module
+    from mhalab.summary import read_summary
 
     run_dir = Path(run_dir)
-    cfg = load_run_config(run_dir / "checkpoints" / "last.ckpt", run_dir)
+    summary = read_summary(run_dir)
     if checkpoint is None:
-        best = ((cfg.get("_summary") or {}).get("checkpoints") or {}).get("best")
-        checkpoint = best if best and Path(best).is_file() else run_dir / "checkpoints" / "last.ckpt"
+        checkpoint = summary.path(run_dir, summary.checkpoints.get("best") or summary.checkpoints.get("last"))
+        if checkpoint is None:
+            raise ConfigError(f"{run_dir}/summary.json names no checkpoint; give --checkpoint")
     module = load_module(checkpoint)
-    dm = build_data(cfg)
-    probe = dm.probe_batch((cfg.get("stats") or {}).get("probe_size", 8))
+    dm = build_data(summary)
+    probe = dm.probe_batch(summary.config.get("stats", {}).get("probe_size", 8))
     with torch.no_grad():
         attentions = module(probe, need_weights=True).attentions  # n_layers x (B, H, T, T)
     n_valid = int((~probe["padding_mask"][0]).sum())
@@ -165,25 +164,34 @@ def attention_maps_from_checkpoint(run_dir, out_dir, checkpoint=None, max_tokens
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mhalab.plots",
-                                description="Redraw a run's pictures: head-statistic heatmaps from summary.json, and "
-                                            "attention maps of the probe example from a checkpoint.")
+    p = argparse.ArgumentParser(prog="mhalab plots",
+                                description="Redraw a run's pictures into a new folder: head-statistic heatmaps from "
+                                            "summary.json, and attention maps of the probe example from a checkpoint.")
     p.add_argument("run_dir", type=Path, help="run directory holding summary.json")
-    p.add_argument("--out", type=Path, default=None, help="output folder (default: <run_dir>/plots)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="output folder (default: <run_dir>/plots-redrawn-<time>; the training pictures are kept)")
     p.add_argument("--checkpoint", type=Path, default=None,
-                   help="checkpoint for the attention maps (default: the run's best, else checkpoints/last.ckpt)")
+                   help="checkpoint for the attention maps (default: the one the run tested)")
     p.add_argument("--no-maps", action="store_true", help="only the statistic heatmaps, no checkpoint needed")
-    p.add_argument("--max-tokens", type=int, default=48, help="tokens shown in the attention maps")
+    p.add_argument("--max-tokens", type=int, default=48, help="tokens shown in the attention maps (2-512)")
     return p
 
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    out = args.out if args.out is not None else args.run_dir / "plots"
+    out = args.out if args.out is not None else args.run_dir / f"plots-redrawn-{datetime.now():%Y%m%d-%H%M%S}"
     try:
-        paths = plot_stat_heatmaps(load_summary_table(args.run_dir), out)
-        has_ckpt = args.checkpoint is not None or (args.run_dir / "checkpoints").is_dir()
-        if not args.no_maps and has_ckpt:
+        from mhalab.checks import check_int
+        from mhalab.summary import read_summary
+
+        check_int("--max-tokens", args.max_tokens, 2, 512)
+        if out.resolve() == (args.run_dir / "plots").resolve():
+            raise ConfigError(f"--out {out}: that is where training drew its pictures; choose a new folder")
+        summary = read_summary(args.run_dir)
+        if not summary.head_stats:
+            raise ConfigError(f"cannot redraw plots: {args.run_dir}/summary.json has no head statistics")
+        paths = plot_stat_heatmaps(summary_matrices(summary), out)
+        if not args.no_maps:
             paths.append(attention_maps_from_checkpoint(args.run_dir, out, args.checkpoint, args.max_tokens))
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

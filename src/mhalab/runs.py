@@ -1,129 +1,156 @@
-"""Runs that survive: pre-flight checks, resuming a killed run, atomic checkpoints, per-epoch seeding.
+"""Runs before they start: composing and checking their configs, where they live, resuming and locking them.
 
-- `preflight(argv)`: before Hydra creates a run directory, compose the config, validate it and check that the log
-  directory is writable, so a bad value or an unwritable disk gives one sentence and no directory.
-- `find_resumable(...)`: `resume=true` picks the newest run of the same task with the same overrides that has a
-  `checkpoints/last.ckpt`; `resume=<run_dir>` names it. Training continues there from that checkpoint.
-- `AtomicCheckpointIO`: checkpoints go to a temporary file, are fsynced, then renamed over the target, so a kill
-  at any moment leaves either the old or the new `last.ckpt`, never half of one.
-- `StepSeed`: reseeds every RNG before each step from (seed, step), and `EpochShuffleSampler` shuffles (and MLM
-  masks) by (seed, epoch), so no step depends on what ran before it in the same process: a run resumed
-  from an end-of-epoch checkpoint ends with exactly the metrics of a run never interrupted (CPU, same seed).
+`preflight(argv)` runs before Hydra does anything: it composes the config of every job the command would run
+(a multirun's sweep expanded), refuses any `_target_` outside the allow-list (`mhalab.targets`), builds the typed
+config (`mhalab.schema`) so every value is checked, and settles `resume`. So a bad value, an unsafe target or a
+wrong resume is one sentence and exit 2, with no run directory, no file written and no code run. It imports no
+torch or Lightning, so it answers in about a second.
+
+Run directories: `<paths.log_dir>/<task_name>/runs/<run id>` (multiruns: `.../multiruns/<run id>/<job>`), the run
+id being the time to the microsecond, the process id and random bits (`${mhalab.run_id:}`, one per process).
 """
 
 from __future__ import annotations
 
-import io
+import fcntl
 import os
-import random
+import secrets
 import tempfile
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-import torch
-from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.pytorch import Callback
-from torch.utils.data import Sampler
+from omegaconf import DictConfig, OmegaConf
 
 from mhalab.errors import ConfigError
+from mhalab.summary import SUMMARY
 
+CONFIG_MODULE = "mhalab.conf"
+CONFIG_NAME = "train"
 LAST = Path("checkpoints") / "last.ckpt"
+LOCK = ".lock"
+HYDRA_FLAGS_WITHOUT_RUN = ("help", "hydra_help", "cfg", "info", "shell_completion")
+_RUN_ID: list[str] = []
 
 
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """torch.save to a temporary file in the same directory, fsync, then os.replace onto the target."""
-
-    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            buffer = io.BytesIO()
-            torch.save(checkpoint, buffer)  # serialise first: a failed write then raises OSError, not torch's own
-            with os.fdopen(fd, "wb") as f:
-                f.write(buffer.getbuffer())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-
-    def load_checkpoint(self, path, map_location: Any | None = None, weights_only: bool | None = None):
-        return super().load_checkpoint(path, map_location=map_location, weights_only=True)
+def new_run_id() -> str:
+    """Time to the microsecond, process id and random bits: unique even for jobs started in the same second."""
+    return f"{datetime.now():%Y-%m-%d_%H-%M-%S_%f}_{os.getpid()}_{secrets.token_hex(2)}"
 
 
-class EpochShuffleSampler(Sampler[int]):
-    """A random permutation per epoch drawn from (seed, epoch) alone; Lightning calls set_epoch each epoch."""
-
-    def __init__(self, n: int, seed: int, on_set_epoch=None):
-        self.n, self.seed, self.epoch = n, seed, 0
-        self.on_set_epoch = on_set_epoch  # e.g. the MLM collator, whose masks follow the epoch too
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-        if self.on_set_epoch is not None:
-            self.on_set_epoch(epoch)
-
-    def __iter__(self) -> Iterator[int]:
-        g = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
-        return iter(torch.randperm(self.n, generator=g).tolist())
-
-    def __len__(self) -> int:
-        return self.n
+def run_id() -> str:
+    """This process's run id (made on first use)."""
+    if not _RUN_ID:
+        _RUN_ID.append(new_run_id())
+    return _RUN_ID[0]
 
 
-def seed_all(seed: int) -> None:
-    random.seed(seed)
-    torch.manual_seed(seed)
+def register_resolvers() -> None:
+    """`${mhalab.cwd:}` (the current directory) and `${mhalab.run_id:}` for the configs; idempotent."""
+    if not OmegaConf.has_resolver("mhalab.cwd"):
+        OmegaConf.register_new_resolver("mhalab.cwd", os.getcwd)
+    if not OmegaConf.has_resolver("mhalab.run_id"):
+        OmegaConf.register_new_resolver("mhalab.run_id", run_id)
+
+
+# -- composing and checking ------------------------------------------------------------------------------------
+
+def parse_args(argv: list[str]):
+    """Hydra's own command-line parser (the same flags as `@hydra.main`)."""
+    from hydra._internal.utils import get_args_parser
+
+    return get_args_parser().parse_args(argv)
+
+
+def compose(overrides: list[str], config_dir: str | None = None, config_name: str | None = None) -> DictConfig:
+    """The composed config (Hydra's node included) for these overrides, as `@hydra.main` would compose it."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from mhalab.schema import register
+
+    register()
+    register_resolvers()
+    extra = [f"hydra.searchpath=[file://{Path(config_dir).resolve()}]"] if config_dir else []
     try:
-        import numpy as np
-
-        np.random.seed(seed % 2**32)
-    except ImportError:
-        pass
-
-
-class StepSeed(Callback):
-    """Reseed python, numpy and torch (dropout) from (seed, step, rank) before every training step, so no step's
-    randomness depends on what ran before it in this process (data loading, statistics, a restart)."""
-
-    def __init__(self, seed: int):
-        self.seed = seed
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        seed_all(self.seed * 100_003 + 7919 * (trainer.global_step + 1) + trainer.global_rank)
+        with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
+            return hydra_compose(config_name or CONFIG_NAME, overrides=list(overrides) + extra,
+                                 return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise ConfigError(hydra_message(e)) from None
 
 
-def _overrides_of(run_dir: Path) -> list[str] | None:
-    import yaml
+def hydra_message(e: BaseException) -> str:
+    """Hydra's error with its hints ('Available options', 'use +key'), without OmegaConf's object_type lines."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    keep = [ln for ln in lines if not ln.startswith(("object_type=", "reference_type="))]
+    cause = e.__cause__ or e.__context__
+    if cause is not None and str(cause).strip() and str(cause).strip() not in str(e):
+        keep += [ln.strip() for ln in str(cause).strip().splitlines()
+                 if ln.strip() and not ln.strip().startswith(("object_type=", "reference_type="))]
+    return " ".join(keep)
 
-    f = run_dir / ".hydra" / "overrides.yaml"
+
+def validate(cfg: DictConfig):
+    """The typed config (`mhalab.schema.TrainConfig`) of a composed one: every value and combination checked.
+
+    `logger` and `callbacks` stay config nodes (their interpolations need the running job); their targets are
+    checked by `mhalab.targets.check_config`.
+    """
+    from omegaconf.errors import OmegaConfBaseException
+
+    from mhalab.schema import TrainConfig
+
+    container = OmegaConf.to_container(cfg, resolve=False)
+    container.pop("hydra", None)
+    container["logger"], container["callbacks"] = {}, {}
     try:
-        return list(yaml.safe_load(f.read_text()) or [])
-    except (OSError, yaml.YAMLError):
+        typed = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), container))
+    except OmegaConfBaseException as e:
+        raise ConfigError(hydra_message(e)) from None
+    typed.logger, typed.callbacks = cfg.get("logger") or {}, cfg.get("callbacks") or {}
+    typed.data = typed.data.resolved()
+    return typed
+
+
+def check_job(cfg: DictConfig):
+    """Allow-list, schema and machine checks of one composed job config; returns its TrainConfig."""
+    from mhalab.targets import check_config
+
+    allowed = cfg.get("allowed_targets") or []
+    check_config(cfg, list(allowed) if not isinstance(allowed, str) else [allowed])
+    tc = validate(cfg)
+    check_machine(tc)
+    return tc
+
+
+def check_machine(tc) -> None:
+    """The accelerator asked for exists, and the model fits in memory."""
+    from mhalab.cost import memory_estimate
+
+    if tc.trainer.wants_gpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"trainer.accelerator={tc.trainer.accelerator}: no CUDA GPU is available to this "
+                              f"torch {torch.__version__}; use trainer=cpu or trainer.accelerator=auto")
+    need = memory_estimate(tc)
+    have = _physical_memory()
+    if have and need > have:
+        raise ConfigError(f"the model needs about {need / 2**30:.1f} GiB (parameters, gradients, optimizer state and "
+                          f"activations of one batch; mhalab.cost.memory_estimate) but this machine has "
+                          f"{have / 2**30:.1f} GiB: lower attention.d_head, model sizes, data.max_len or "
+                          "data.batch_size")
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
         return None
-
-
-def _without_resume(overrides: list[str]) -> list[str]:
-    """Overrides that define a run: resume, the run dir and fault injection aside."""
-    return sorted(o for o in overrides if not o.lstrip("+~").startswith(("resume=", "hydra.run.dir=", "fault.")))
-
-
-def find_resumable(runs_dir: Path, overrides: list[str]) -> Path | None:
-    """The newest run under runs_dir with the same overrides (resume aside) and a checkpoints/last.ckpt."""
-    if not runs_dir.is_dir():
-        return None
-    wanted = _without_resume(overrides)
-    candidates = [d for d in runs_dir.iterdir() if (d / LAST).is_file() and _overrides_of(d) is not None
-                  and _without_resume(_overrides_of(d)) == wanted]
-    return max(candidates, key=lambda d: (d / LAST).stat().st_mtime, default=None)
-
-
-def wandb_run_id(run_dir: Path) -> str | None:
-    """The id of the wandb run (offline or online) already in run_dir/wandb, to resume it."""
-    runs = sorted((run_dir / "wandb").glob("*run-*"), key=lambda p: p.stat().st_mtime)
-    return runs[-1].name.rsplit("-", 1)[-1] if runs else None
 
 
 def check_writable(directory: Path, key: str) -> None:
@@ -136,59 +163,200 @@ def check_writable(directory: Path, key: str) -> None:
                           "(or MHALAB_ROOT) to a writable directory") from None
 
 
-def preflight(argv: list[str], conf_dir: str) -> list[str]:
-    """Validate a single run's overrides before Hydra starts; returns argv, extended by hydra.run.dir on resume.
+# -- the jobs of a command -------------------------------------------------------------------------------------
 
-    Multiruns and Hydra's own flags are left to Hydra (each job is validated as it starts).
-    """
-    if any(a.startswith("-") for a in argv):
-        return argv
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
+@dataclass
+class Plan:
+    """What a command will run: the argv to hand to Hydra and each job's overrides and checked config."""
 
-    from mhalab.config import validate
+    argv: list[str]
+    multirun: bool
+    jobs: list[tuple[list[str], Any]]  # (overrides, TrainConfig)
+    resume_dir: Path | None = None
+
+
+def preflight(argv: list[str]) -> Plan | None:
+    """Check everything a command would run before Hydra starts; None for Hydra's own informational flags."""
+    args = parse_args(argv)
+    if any(getattr(args, flag, None) for flag in HYDRA_FLAGS_WITHOUT_RUN):
+        return None
+    overrides = list(args.overrides)
+    if args.multirun:
+        return _preflight_multirun(argv, overrides, args.config_dir, args.config_name)
+    cfg = compose(overrides, args.config_dir, args.config_name)
+    tc = check_job(cfg)
+    log_dir = Path(tc.paths.log_dir)
+    check_writable(log_dir, "paths.log_dir")
+    plan = Plan(list(argv), False, [(overrides, tc)])
+    if tc.resume:
+        if any(o.startswith("hydra.run.dir=") for o in overrides):
+            raise ConfigError("resume with hydra.run.dir: give the run directory as resume=<run_dir> instead")
+        plan.resume_dir = resume_target(tc, overrides, log_dir / tc.task_name / "runs")
+        if plan.resume_dir is not None:
+            plan.argv = plan.argv + [f"hydra.run.dir={plan.resume_dir}"]
+    return plan
+
+
+def _preflight_multirun(argv, overrides, config_dir, config_name) -> Plan:
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    parsed = parser.parse_overrides(overrides)
+    base = compose([o.input_line for o in parsed if not o.is_sweep_override()], config_dir, config_name)
+    sweeper = str(OmegaConf.select(base, "hydra.sweeper._target_", default=""))
+    if not sweeper.endswith("BasicSweeper"):  # e.g. Optuna: its trials are drawn while it runs
+        tc = check_job(base)
+        check_writable(Path(tc.paths.log_dir), "paths.log_dir")
+        if tc.resume:
+            raise ConfigError(f"resume with the sweeper {sweeper}: only grid sweeps (the basic sweeper) resume")
+        return Plan(list(argv), True, [(overrides, tc)])
+    params = [f"{k}={v}" for k, v in (OmegaConf.select(base, "hydra.sweeper.params", default=None) or {}).items()]
+    (batch,) = BasicSweeper.split_arguments(parser.parse_overrides(params + overrides), None)
+    jobs = [(list(job), check_job(compose(list(job), config_dir, config_name))) for job in batch]
+    tc = jobs[0][1]
+    check_writable(Path(tc.paths.log_dir), "paths.log_dir")
+    plan = Plan(list(argv), True, jobs)
+    if tc.resume:
+        plan.resume_dir = resume_sweep(tc, [j for j, _ in jobs], overrides,
+                                       Path(tc.paths.log_dir) / tc.task_name / "multiruns")
+        plan.argv = plan.argv + [f"hydra.sweep.dir={plan.resume_dir}"]
+    return plan
+
+
+# -- resuming ----------------------------------------------------------------------------------------------------
+
+def run_overrides(run_dir: Path) -> list[str] | None:
+    """A run's command-line overrides (from Hydra's .hydra/overrides.yaml), or None if unreadable."""
+    import yaml
 
     try:
-        with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
-            cfg = compose("train", overrides=argv)
-    except (HydraException, OmegaConfBaseException) as e:
-        raise ConfigError(str(e).strip().splitlines()[0]) from None
-    validate(cfg)
-    log_dir = Path(cfg.paths.log_dir)
-    check_writable(log_dir, "paths.log_dir")
-    resume = cfg.get("resume")
-    if not resume or any(a.startswith("hydra.run.dir=") for a in argv):
-        return argv
-    if resume is True:
-        run_dir = find_resumable(log_dir / cfg.task_name / "runs", argv)
-        if run_dir is None:
-            raise ConfigError(f"resume=true: no run under {log_dir / cfg.task_name / 'runs'} has these overrides and "
-                              "a checkpoints/last.ckpt; run without resume, or give resume=<run_dir>")
+        found = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return [str(o) for o in found] if isinstance(found, list) else None
+
+
+def defining(overrides: list[str]) -> list[str]:
+    """The overrides that define what a run computes: resume, run directories and fault injection aside."""
+    skip = ("resume=", "hydra.run.dir=", "hydra.sweep.dir=", "fault.", "hydra/launcher=", "hydra.launcher.")
+    return sorted(o for o in overrides if not o.lstrip("+~").startswith(skip))
+
+
+def run_status(run_dir: Path) -> str | None:
+    """The status in a run's summary.json ("ok", "failed", "interrupted"), or None without a readable one."""
+    from mhalab.summary import read_summary
+
+    if not (run_dir / SUMMARY).is_file():
+        return None
+    try:
+        return read_summary(run_dir).status
+    except ConfigError:
+        return None
+
+
+def resume_target(tc, overrides: list[str], runs_dir: Path) -> Path | None:
+    """The run directory `resume` continues, checked; None when that run has finished (nothing to do)."""
+    if tc.resume is True:
+        same = [d for d in (runs_dir.iterdir() if runs_dir.is_dir() else [])
+                if d.is_dir() and run_overrides(d) is not None and defining(run_overrides(d)) == defining(overrides)]
+        unfinished = [d for d in same if run_status(d) != "ok"]
+        if not unfinished:
+            if same:
+                raise Finished(max(same, key=lambda d: d.name))
+            raise ConfigError(f"resume=true: no run under {runs_dir} has these overrides; run without resume, or "
+                              "give resume=<run_dir>")
+        run_dir = max(unfinished, key=lambda d: d.name)  # names start with the start time
     else:
-        run_dir = Path(str(resume))
-        if not (run_dir / LAST).is_file():
-            raise ConfigError(f"resume={resume}: {run_dir / LAST} does not exist; give the directory of a run that "
-                              "wrote checkpoints")
-    return argv + [f"hydra.run.dir={run_dir.resolve()}"]
+        run_dir = Path(str(tc.resume)).expanduser().resolve()
+        if not (run_dir / ".hydra" / "overrides.yaml").is_file():
+            raise ConfigError(f"resume={tc.resume}: {run_dir} is not a run directory (no .hydra/overrides.yaml)")
+        theirs = run_overrides(run_dir)
+        if theirs is None or defining(theirs) != defining(overrides):
+            raise ConfigError(f"resume={tc.resume}: that run was started with overrides {defining(theirs or [])}, "
+                              f"not {defining(overrides)}; give the same overrides to resume it")
+        if run_status(run_dir) == "ok":
+            raise Finished(run_dir)
+    check_unlocked(run_dir)
+    return run_dir.resolve()
 
 
-class FaultInjection(Callback):
-    """Deliberate failures for testing recovery (config group `fault`, all null by default).
+def resume_sweep(tc, jobs: list[list[str]], overrides: list[str], multiruns_dir: Path) -> Path:
+    """The sweep directory a multirun `resume` continues: every job's directory there has that job's overrides."""
+    def matches(sweep_dir: Path) -> bool:
+        return all(run_overrides(sweep_dir / str(i)) in (None, job) or
+                   defining(run_overrides(sweep_dir / str(i)) or []) == defining(job) for i, job in enumerate(jobs))
 
-    kill_at_step: SIGKILL this process before optimizer step N (a crash mid-epoch, nothing flushed).
-    nan_at_step: fill one weight with NaN before step N, so the loss turns NaN through the real code path.
-    """
+    if tc.resume is True:
+        found = sorted((d for d in (multiruns_dir.iterdir() if multiruns_dir.is_dir() else [])
+                        if d.is_dir() and any((d / str(i)).is_dir() for i in range(len(jobs))) and matches(d)),
+                       key=lambda d: d.name)
+        if not found:
+            raise ConfigError(f"resume=true: no sweep under {multiruns_dir} has these jobs; run without resume, or "
+                              "give resume=<sweep_dir>")
+        sweep_dir = found[-1]
+    else:
+        sweep_dir = Path(str(tc.resume)).expanduser().resolve()
+        if not sweep_dir.is_dir() or not matches(sweep_dir):
+            raise ConfigError(f"resume={tc.resume}: the job folders there do not hold these jobs' overrides "
+                              "(the sweep must be given exactly as it was started)")
+    for i in range(len(jobs)):
+        if (sweep_dir / str(i)).is_dir():
+            check_unlocked(sweep_dir / str(i))
+    return sweep_dir.resolve()
 
-    def __init__(self, kill_at_step: int | None = None, nan_at_step: int | None = None):
-        self.kill_at_step, self.nan_at_step = kill_at_step, nan_at_step
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        step = trainer.global_step
-        if self.kill_at_step is not None and step == self.kill_at_step:
-            import signal
+class Finished(Exception):
+    """The run to resume has finished: nothing to do (not an error)."""
 
-            os.kill(os.getpid(), signal.SIGKILL)
-        if self.nan_at_step is not None and step == self.nan_at_step:
-            with torch.no_grad():
-                next(pl_module.parameters()).fill_(float("nan"))
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+        super().__init__(f"{run_dir} has finished (summary.json status ok); nothing to resume")
+
+
+# -- locking -------------------------------------------------------------------------------------------------------
+
+class RunLock:
+    """An exclusive lock on a run directory (flock on <run_dir>/.lock), held while a process works in it and
+    released by the kernel when the process dies, however it dies."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / LOCK
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+            os.close(fd)
+            raise ConfigError(f"{self.path.parent} is in use by another process (pid {holder or '?'}); wait for it "
+                              "or stop it before running there") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
+def check_unlocked(run_dir: Path) -> None:
+    """ConfigError if another process holds the run directory's lock."""
+    lock = RunLock(run_dir)
+    if lock.path.exists():
+        lock.acquire()
+        lock.release()
+
+
+def remove_stale_temporaries(run_dir: Path) -> list[Path]:
+    """Temporary files an interrupted write left in a run directory (checkpoints, summary): removed, returned."""
+    stale = [p for pattern in (".*.ckpt.*.tmp", f".{SUMMARY}.*.tmp", "checkpoints/.*.tmp")
+             for p in Path(run_dir).glob(pattern) if p.is_file()]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale

@@ -6,16 +6,16 @@ padding queries and are left out of every average. Everything is computed in flo
 """
 
 import math
-import re
 
 import torch
 from torch import Tensor
+
+from mhalab.heads import kv_head_of, resolve_heads
 
 STAT_NAMES = (
     "entropy", "entropy_norm", "confidence", "distance", "argmax_distance",
     "first_token", "self", "prev", "next",
 )
-_LABEL = re.compile(r"^L(\d+)H(\d+)$")
 
 
 def _masks(weights: Tensor, key_padding_mask: Tensor | None, causal: bool) -> tuple[Tensor, Tensor]:
@@ -125,10 +125,9 @@ def kv_group_similarity(similarity: Tensor, n_kv_heads: int) -> dict:
     H = similarity.shape[0]
     if similarity.shape != (H, H):
         raise ValueError(f"similarity must be square (H, H), got shape {tuple(similarity.shape)}")
-    if n_kv_heads < 1 or H % n_kv_heads:
-        raise ValueError(f"n_kv_heads={n_kv_heads} must be >= 1 and divide n_heads={H}")
+    resolve_heads(H, H, n_kv_heads, 1)  # n_kv_heads must divide n_heads
     sim = similarity.detach().float().cpu()
-    group = torch.arange(H) // (H // n_kv_heads)  # (H,)
+    group = torch.tensor([kv_head_of(h, H, n_kv_heads) for h in range(H)])  # (H,)
     pair = torch.ones(H, H, dtype=torch.bool).triu(1)  # each unordered pair once
     same = group[:, None] == group[None, :]  # (H, H)
 
@@ -178,30 +177,16 @@ def head_importance(model, batches, loss_fn, normalize: bool = True) -> Tensor:
     return imp
 
 
-def stats_table(per_layer: list[dict[str, Tensor]]) -> dict[str, dict[str, float]]:
-    """Flatten per-layer {stat: (H,)} dicts to {"L{l}H{h}": {stat: float}} (TransformerLens labels)."""
-    table: dict[str, dict[str, float]] = {}
-    for layer, stats in enumerate(per_layer):
-        for name, values in stats.items():
-            for h, v in enumerate(torch.as_tensor(values).detach().float().cpu().tolist()):
-                table.setdefault(f"L{layer}H{h}", {})[name] = v
-    return table
+def layer_stats(attentions: list[Tensor], key_padding_mask: Tensor | None, causal: bool,
+                n_kv_heads: int) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """Statistics of every layer of a model from its attention weights (one (B, H, T, S) tensor per layer).
 
-
-def layer_head_matrix(table: dict[str, dict[str, float]], stat: str) -> Tensor:
-    """Invert stats_table for one stat -> (n_layers, n_heads) float32; missing cells are nan."""
-    cells = {}
-    for label, stats in table.items():
-        match = _LABEL.match(label)
-        if match is None:
-            raise ValueError(f"head label {label!r} is not of the form 'L<layer>H<head>'")
-        if stat in stats:
-            cells[int(match[1]), int(match[2])] = float(stats[stat])
-    if not cells:
-        raise KeyError(f"no head in the table has the statistic {stat!r}")
-    n_layers = 1 + max(layer for layer, _ in cells)
-    n_heads = 1 + max(h for _, h in cells)
-    out = torch.full((n_layers, n_heads), float("nan"))
-    for (layer, h), v in cells.items():
-        out[layer, h] = v
-    return out
+    Returns ({stat: (n_layers, n_heads)} for each of STAT_NAMES, {"within_group_jsd" | "between_group_jsd":
+    (n_layers,)}), float32 on the CPU. Per-head results stay (layer, head) tensors; labels are made only for display.
+    """
+    per_layer = [head_stats(w, key_padding_mask, causal=causal) for w in attentions]
+    stats = {name: torch.stack([s[name] for s in per_layer]).float().cpu() for name in STAT_NAMES}
+    groups = [kv_group_similarity(head_similarity(w, key_padding_mask), n_kv_heads) for w in attentions]
+    group_stats = {key: torch.tensor([g[key] for g in groups], dtype=torch.float32)
+                   for key in ("within_group_jsd", "between_group_jsd")}
+    return stats, group_stats

@@ -1,252 +1,379 @@
-"""Training entry point: `python -m mhalab.train [overrides]` or `mhalab-train [overrides]`.
+"""Training: `mhalab train [overrides]` (also `python -m mhalab.train`, `mhalab-train`).
 
-Composes conf/train.yaml, validates it, seeds everything, builds the data task and the model, trains with
-Lightning, tests the best checkpoint, and writes <run_dir>/summary.json (config, metrics, timings, cost figures,
-per-head statistics) so results can be read back without any tracker.
+Composes conf/train.yaml (in the package; add your own folder with --config-dir), checks every job before anything
+is written (`mhalab.runs.preflight`), then for each job: builds the data and the model, trains with Lightning,
+validates at the end, tests the best checkpoint and writes <run_dir>/summary.json (`mhalab.summary.RunSummary`).
 
-Exit status: 0 on success; 2 for a config or input error (one sentence on stderr, no run directory left behind);
-1 when training fails (e.g. a NaN loss; summary.json then says "failed" and why). In a multirun a failing job
+Exit status: 0 on success (and when asked to resume a run that has finished); 2 for a config or input error (one
+sentence on stderr, no run directory left behind); 1 when training fails (a NaN loss, a full disk: summary.json
+then says "failed" and why); 128 + the signal when stopped by SIGINT (130), SIGTERM (143) or SIGUSR1/2, after a
+checkpoint and an "interrupted" summary, with the command that resumes the run. In a multirun a failing job
 records its failure in its own summary.json and the sweep goes on.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import logging
-import math
 import os
 import platform
-import secrets
-import shutil
+import shlex
 import sys
 import time
-from datetime import datetime
+import warnings
 from pathlib import Path
 from typing import Any
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from mhalab.errors import ConfigError
+from mhalab.runs import (LAST, Finished, RunLock, preflight, register_resolvers, remove_stale_temporaries,
+                         run_status, validate)
+from mhalab.schema import register
+from mhalab.summary import RunSummary, read_summary, write_summary
 
-log = logging.getLogger("mhalab.train")
-CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
-
-
-def new_run_id() -> str:
-    """Time to the microsecond, process id and random bits: unique even for jobs started in the same second."""
-    return f"{datetime.now():%Y-%m-%d_%H-%M-%S_%f}_{os.getpid()}_{secrets.token_hex(2)}"
-
-
-def write_json(path: Path, data: dict) -> None:
-    """Write JSON atomically (temporary file, then rename): a reader never sees half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_finite(data), indent=2, default=_jsonable, allow_nan=False))
-    os.replace(tmp, path)
+log = logging.getLogger("mhalab")
+CONFIG_PATH = "pkg://mhalab.conf"
+# known noise, silenced at its source: Lightning's own deprecation of torch internals
+_NOISE = (r".*isinstance\(treespec, LeafSpec\)` is deprecated.*", r".*does not have many workers.*",
+          r".*The number of training batches .* is smaller than the logging interval.*")
 
 
-def _finite(x: Any) -> Any:
-    """NaN and inf become None (JSON has no NaN)."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    return x
-
-
-def _jsonable(x: Any) -> Any:
-    if hasattr(x, "item"):
-        return x.item()
-    if isinstance(x, Path):
-        return str(x)
-    return str(x)
-
-
-def print_config(cfg: DictConfig) -> None:
-    from rich.console import Console
-    from rich.syntax import Syntax
-    from rich.tree import Tree
-
-    tree = Tree("config", guide_style="dim")
-    for key, node in cfg.items():
-        text = OmegaConf.to_yaml(node, resolve=True) if isinstance(node, DictConfig) else str(node)
-        tree.add(str(key)).add(Syntax(text, "yaml", theme="ansi_dark", background_color="default"))
-    Console(stderr=False).print(tree)
-
-
-def build_loggers_and_callbacks(cfg: DictConfig):
-    """The configured loggers and callbacks, `_target_` checked; no progress bar when the trainer shows none."""
-    from mhalab.config import instantiate_safe
-
-    loggers = [instantiate_safe(node, f"logger.{name}") for name, node in (cfg.get("logger") or {}).items()
-               if node is not None]
-    callbacks = []
-    for name, node in (cfg.get("callbacks") or {}).items():
-        if node is None or (name == "rich_progress_bar" and not cfg.trainer.get("enable_progress_bar", True)):
-            continue
-        callbacks.append(instantiate_safe(node, f"callbacks.{name}"))
-    return loggers, callbacks
-
-
-def train(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
-    """Everything after validation; returns the summary (also written to run_dir/summary.json)."""
-    import lightning as L
-    import torch
-    from lightning.pytorch.callbacks import ModelCheckpoint
-
-    from mhalab.callbacks import HeadStatsCallback
-    from mhalab.config import encoder_config
-    from mhalab.cost import model_cost
-    from mhalab.data import build_datamodule
-    from mhalab.module import AttentionLitModule
-    from mhalab.runs import LAST, AtomicCheckpointIO, StepSeed, FaultInjection, wandb_run_id
-
-    t_start = time.perf_counter()
-    if cfg.get("torch_threads"):
-        torch.set_num_threads(int(cfg.torch_threads))
-    L.seed_everything(cfg.seed, workers=True)
-
-    dm = build_datamodule(cfg.data, seed=cfg.seed)
-    dm.prepare_data()
-    dm.setup("fit")
-    enc = encoder_config(cfg, dm.vocab_size, dm.causal)
-    if dm.max_len > enc.max_len:
-        raise ConfigError(f"data.max_len={dm.max_len} is longer than the positional table model.max_len={enc.max_len}: "
-                          "raise model.max_len or lower data.max_len")
-    module = AttentionLitModule(enc.to_dict(), dm.objective, dm.n_classes, OmegaConf.to_container(cfg.optim),
-                                pooling=cfg.model.get("pooling", "cls"), tie_weights=cfg.model.get("tie_weights", True),
-                                token_bytes=dm.token_bytes.tolist() if dm.token_bytes is not None else None)
-    cost = model_cost(enc, dm.max_len, dm.objective, dm.n_classes or 2)
-    log.info("model: %s parameters, %.3g forward FLOPs/token at n=%d, KV cache %d bytes/token",
-             f"{cost['params']:,}", cost["flops_per_token"], dm.max_len, cost["kv_cache_bytes_per_token"])
-
-    ckpt_path = cfg.get("ckpt_path")
-    if cfg.get("resume") and (run_dir / LAST).is_file():
-        ckpt_path = str(run_dir / LAST)
-        log.info("resuming from %s", ckpt_path)
-        if cfg.get("logger") and cfg.logger.get("wandb") and wandb_run_id(run_dir):
-            cfg.logger.wandb.id = wandb_run_id(run_dir)  # continue the same wandb run
-        if cfg.get("logger") and cfg.logger.get("csv"):  # keep the metrics written before the crash
-            cfg.logger.csv.version = f"resumed-{len(list(run_dir.glob('csv/resumed-*'))) + 1}"
-    loggers, callbacks = build_loggers_and_callbacks(cfg)
-    callbacks.append(StepSeed(cfg.seed))
-    if cfg.get("fault") and any(v is not None for v in cfg.fault.values()):
-        callbacks.append(FaultInjection(**cfg.fault))
-    stats_cb = None
-    if cfg.get("stats") and cfg.stats.enabled:
-        stats_cb = HeadStatsCallback(dm.probe_batch(cfg.stats.probe_size), every_n_steps=cfg.stats.every_n_steps,
-                                     importance=cfg.stats.importance, importance_batches=cfg.stats.importance_batches,
-                                     plots=cfg.stats.plots, plot_dir=run_dir / "plots", decode=dm.decode,
-                                     max_plot_tokens=cfg.stats.max_plot_tokens)
-        callbacks.append(stats_cb)
-    hparams = {"config": OmegaConf.to_container(cfg, resolve=True), "cost": cost, "task": dm.task,
-               "objective": dm.objective, "vocab_size": dm.vocab_size, "n_classes": dm.n_classes}
-    for logger in loggers:
-        logger.log_hyperparams(hparams)
-
-    trainer = L.Trainer(**OmegaConf.to_container(cfg.trainer, resolve=True), callbacks=callbacks,
-                        logger=loggers or False, plugins=[AtomicCheckpointIO()])
-    t_fit = time.perf_counter()
-    if cfg.get("train", True):
-        trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path, weights_only=True)
-    fit_s = time.perf_counter() - t_fit
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-
-    t_test = time.perf_counter()
-    test_metrics: dict[str, float] = {}
-    ckpt_cb = next((c for c in trainer.callbacks if isinstance(c, ModelCheckpoint)), None)
-    best = ckpt_cb.best_model_path if ckpt_cb is not None and ckpt_cb.best_model_path else None
-    if cfg.get("test", True):
-        results = trainer.test(module, datamodule=dm, ckpt_path=best, weights_only=True) if best else \
-            trainer.test(module, datamodule=dm)
-        test_metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
-    test_s = time.perf_counter() - t_test
-
-    summary = {
-        "status": "ok",
-        "run_dir": str(run_dir),
-        "task": dm.task,
-        "objective": dm.objective,
-        "overrides": list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else [],
-        "config": OmegaConf.to_container(cfg, resolve=True),
-        "metrics": metrics,
-        "test_metrics": test_metrics,
-        "cost": cost,
-        "timings": {
-            "fit_s": fit_s, "test_s": test_s, "total_s": time.perf_counter() - t_start,
-            "train_steps": trainer.global_step, "epochs": trainer.current_epoch,
-            "tokens_seen": module.tokens_seen, "tokens_per_s": module.tokens_seen / fit_s if fit_s > 0 else None,
-        },
-        "checkpoints": {"best": best, "last": ckpt_cb.last_model_path if ckpt_cb is not None else None},
-        "head_stats": stats_cb.table if stats_cb else {},
-        "head_importance": stats_cb.importance_table if stats_cb else {},
-        "kv_groups": stats_cb.groups if stats_cb else {},
-        "plots": stats_cb.plot_paths if stats_cb else [],
-        "environment": {"torch": torch.__version__, "lightning": L.__version__, "python": platform.python_version(),
-                        "machine": platform.machine(), "cpu_count": os.cpu_count(),
-                        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-                        "torch_threads": torch.get_num_threads()},
-    }
-    if trainer.is_global_zero:
-        write_json(run_dir / "summary.json", summary)
-    return summary
-
-
-def _looks_empty(run_dir: Path) -> bool:
-    """Only Hydra's bookkeeping (.hydra/, the job log) and nothing a run produced."""
-    return run_dir.is_dir() and all(p.name == ".hydra" or p.suffix == ".log" for p in run_dir.iterdir())
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    register()
+    register_resolvers()
+    try:
+        plan = preflight(argv)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except Finished as f:
+        print(f"mhalab: {f}")
+        print(result_line(read_summary(f.run_dir), f.run_dir))
+        sys.exit(0)
+    sys.argv = [sys.argv[0]] + (plan.argv if plan is not None else argv)
+    hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")(run)()
 
 
 def run(cfg: DictConfig) -> float | None:
-    """One job: validate, train, summarise; failures handled as the module docstring says."""
-    from mhalab.config import validate
+    """One Hydra job: train, summarise, and turn every failure into a summary and an exit status."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     multirun = hc.mode == RunMode.MULTIRUN
+    overrides = list(hc.overrides.task)
+    lock = RunLock(run_dir)
     try:
-        validate(cfg)
-        print_config(cfg)
-        summary = train(cfg, run_dir)
+        lock.acquire()
+        tc = validate(cfg)
+        if multirun and run_status(run_dir) == "ok":  # a resumed sweep: this job finished before
+            done = read_summary(run_dir)
+            log.info("job %s finished before: %s", run_dir, result_line(done, run_dir))
+            return done.metrics.get("val/loss")
+        summary = train(tc, run_dir, overrides)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         if multirun:  # keep the job's directory so the sweep report lists it as failed
-            write_json(run_dir / "summary.json", {"status": "failed", "error": str(e), "kind": "config",
-                                                  "overrides": list(hc.overrides.task)})
+            _fail(run_dir, overrides, "config", str(e))
             return None
         if _looks_empty(run_dir):
-            shutil.rmtree(run_dir, ignore_errors=True)
+            lock.release()
+            _remove_run_dir(run_dir)
         sys.exit(2)
-    except OSError as e:  # disk full, unwritable directory, file too large
-        print(f"error: could not write {e.filename or 'a file'} ({e.strerror or e}); free space or set "
-              "paths.log_dir to a writable directory with room", file=sys.stderr)
-        if multirun:
+    except _Stop as e:
+        if multirun and e.exit_code == 1:
             return None
-        sys.exit(1)
+        sys.exit(e.exit_code)
+    finally:
+        lock.release()
+        _finish_wandb()
+    log.info(result_line(summary, run_dir))  # to stdout and train.log (rank zero only under DDP)
+    return summary.metrics.get("val/loss")
+
+
+class _Stop(Exception):
+    """A run that ended early; its summary is written and `exit_code` says how."""
+
+    def __init__(self, exit_code: int):
+        self.exit_code = exit_code
+
+
+def train(tc, run_dir: Path, overrides: list[str]) -> RunSummary:
+    """Everything after validation; returns the summary, also written to run_dir/summary.json."""
+    import lightning as L
+    import torch
+
+    from mhalab.callbacks import GracefulStop, Interrupted, LastCheckpoint, StepSeed, FaultInjection
+    from mhalab.checkpoint import AtomicCheckpointIO
+    from mhalab.cost import model_cost
+    from mhalab.data import build_datamodule
+    from mhalab.module import AttentionLitModule
+
+    for pattern in _NOISE:
+        warnings.filterwarnings("ignore", message=pattern)
+    t_start = time.perf_counter()
+    remove_stale_temporaries(run_dir)
+    last = LastCheckpoint(run_dir, tc.checkpoint.every_n_steps)
+    stop = GracefulStop(last)
+    stop.install()
+    fault = FaultInjection(**dataclasses.asdict(tc.fault))
+    base = RunSummary(status="ok", task=tc.data.task, objective=tc.data.objective, overrides=overrides,
+                      config=_plain(tc), environment=_environment())
+    trainer = None
+    try:
+        if tc.torch_threads:
+            torch.set_num_threads(tc.torch_threads)
+        L.seed_everything(tc.seed, workers=True, verbose=False)
+        dm = build_datamodule(tc.data, seed=tc.seed)
+        dm.prepare_data()
+        dm.setup("fit")
+        arch = tc.architecture(dm.vocab_size, dm.objective, dm.n_classes)
+        token_bytes = dm.token_bytes.tolist() if dm.token_bytes is not None else None
+        module = AttentionLitModule(arch.to_dict(), dataclasses.asdict(tc.optim), token_bytes)
+        cost = model_cost(arch, dm.max_len)
+        base.task, base.architecture, base.cost, base.label_names = dm.task, arch.to_dict(), cost, dm.label_names
+        base.baselines = dm.reference_levels()
+        log.info(header(dm, arch, cost, run_dir))
+
+        ckpt_path = str(tc.ckpt_path) if tc.ckpt_path else None
+        if (tc.resume or _requeued()) and (run_dir / LAST).is_file():
+            ckpt_path = str(run_dir / LAST)
+            log.info("resuming from %s", ckpt_path)
+        loggers, callbacks = build_loggers_and_callbacks(tc, run_dir, resuming=ckpt_path == str(run_dir / LAST))
+        best = _best_checkpoint(tc, run_dir)
+        callbacks += [best, last, StepSeed(tc.seed), stop, fault]
+        trainer = L.Trainer(**_trainer_kwargs(tc), default_root_dir=str(run_dir), callbacks=callbacks,
+                            logger=loggers or False, plugins=[AtomicCheckpointIO()],
+                            profiler=_profiler(tc, run_dir))
+        for logger in loggers:
+            logger.log_hyperparams({"config": base.config, "architecture": base.architecture, "cost": cost})
+        if tc.train:
+            trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path, weights_only=True)
+        stop.check()
+        if module.last_val_step != trainer.global_step:  # every finished run ends validated
+            trainer.validate(module, datamodule=dm, verbose=False)
+        last.save(trainer)
+        fit_s = module.fit_s
+        extras = {}
+        for cb in trainer.callbacks:
+            if hasattr(cb, "finish"):
+                cb.finish(trainer, module)
+                extras.update(cb.summary())
+        t_test = time.perf_counter()
+        test_metrics: dict[str, float] = {}
+        test_ckpt = _test_checkpoint(best, module, tc, last.path)
+        if tc.test:
+            results = trainer.test(module, datamodule=dm, ckpt_path=str(test_ckpt), weights_only=True, verbose=False)
+            test_metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
+        summary = dataclasses.replace(
+            base, metrics=dict(module.final_metrics), test_metrics=test_metrics,
+            timings={"fit_s": fit_s, "test_s": time.perf_counter() - t_test, "total_s": time.perf_counter() - t_start,
+                     "train_steps": trainer.global_step, "epochs": trainer.current_epoch,
+                     "tokens_seen": module.tokens_seen,
+                     "tokens_per_s": module.tokens_seen / fit_s if fit_s > 0 else None},
+            checkpoints={"best": _rel(test_ckpt, run_dir), "last": _rel(last.path, run_dir)},
+            head_stats=extras.get("head_stats", {}), head_importance=extras.get("head_importance"),
+            kv_groups=extras.get("kv_groups", {}), plots=[_rel(p, run_dir) for p in extras.get("plots", [])],
+            extras_errors=extras.get("extras_errors", []))
+        if trainer.is_global_zero:
+            write_summary(run_dir, summary)
+        from mhalab import faults
+
+        faults.point("after_summary")
+        return summary
+    except Interrupted as e:
+        step = trainer.global_step if trainer is not None else 0
+        _write_failure(run_dir, base, trainer, "interrupted", "signal", f"{e} at step {step}")
+        resume = shlex.join(["mhalab", "train", *(o for o in overrides if not o.startswith("resume=")),
+                             f"resume={run_dir}"])
+        print(f"mhalab: {e} at step {step}; the last checkpoint is {run_dir / LAST}; resume with:\n  {resume}",
+              file=sys.stderr)
+        _requeue_on_slurm(e.signum)
+        raise _Stop(e.exit_code) from None
     except FloatingPointError as e:
         print(f"error: training stopped: {e}; the last good checkpoint is kept in {run_dir / 'checkpoints'}",
               file=sys.stderr)
-        write_json(run_dir / "summary.json", {"status": "failed", "error": str(e), "kind": "nan",
-                                              "overrides": list(hc.overrides.task)})
-        if multirun:
-            return None
-        sys.exit(1)
+        _write_failure(run_dir, base, trainer, "failed", "nan", str(e))
+        raise _Stop(1) from None
+    except OSError as e:  # disk full, unwritable directory, file too large
+        print(f"error: could not write {e.filename or 'a file'} ({e.strerror or e}); free space or set "
+              "paths.log_dir (runs) or paths.cache_dir (data) to a writable directory with room", file=sys.stderr)
+        try:
+            _write_failure(run_dir, base, trainer, "failed", "os", f"{e.filename}: {e.strerror or e}")
+        except OSError:
+            pass
+        raise _Stop(1) from None
     finally:
-        _finish_wandb()
-    print(result_line(summary))
-    return summary["metrics"].get("val/loss")
+        stop.uninstall()
 
 
-def result_line(summary: dict) -> str:
+def header(dm, arch, cost: dict, run_dir: Path) -> str:
+    """The console's short description of a run."""
+    m, a = arch.model, arch.attention
+    kind = "MHA" if a.n_kv_heads == a.n_heads else "MQA" if a.n_kv_heads == 1 else f"GQA-{a.n_kv_heads}"
+    classes = f", {arch.n_classes} classes" if arch.n_classes else ""
+    return (f"mhalab: task {dm.task} ({arch.objective}{classes}) | {m.n_layers} layers, d_model {m.d_model}, "
+            f"{a.n_heads} heads x {a.d_head} ({kind}), d_ff {m.d_ff} | {cost['params'] / 1e6:.2f} M parameters, "
+            f"{cost['flops_per_token'] / 1e6:.3g} MFLOPs/token | run directory {run_dir}")
+
+
+def build_loggers_and_callbacks(tc, run_dir: Path, resuming: bool) -> tuple[list, list]:
+    """The configured loggers and callbacks (targets checked by the preflight); a resumed run continues its wandb
+    run and keeps the CSV written before the interruption; no progress bar without a terminal."""
+    from hydra.utils import instantiate
+
+    logger_cfg = OmegaConf.create(OmegaConf.to_container(tc.logger, resolve=True)) if tc.logger else {}
+    if resuming and "wandb" in logger_cfg and wandb_run_id(run_dir):
+        logger_cfg.wandb.id = wandb_run_id(run_dir)
+        logger_cfg.wandb.resume = "allow"
+    if resuming and "csv" in logger_cfg:
+        logger_cfg.csv.version = f"resumed-{len(list(run_dir.glob('csv/resumed-*'))) + 1}"
+    loggers = [instantiate(node) for node in logger_cfg.values() if node is not None]
+    show_bar = tc.trainer.enable_progress_bar and sys.stdout.isatty()
+    callbacks = []
+    for name, node in (tc.callbacks or {}).items():
+        if node is None or (name == "rich_progress_bar" and not show_bar):
+            continue
+        if name == "progress_log" and show_bar:
+            continue
+        callbacks.append(instantiate(node, _convert_="object"))
+    return loggers, callbacks
+
+
+def _trainer_kwargs(tc) -> dict[str, Any]:
+    kwargs = dataclasses.asdict(tc.trainer)
+    kwargs.pop("profiler")
+    kwargs["enable_progress_bar"] = tc.trainer.enable_progress_bar and sys.stdout.isatty()
+    if tc.trainer.max_steps != -1 and tc.trainer.min_epochs == 1:
+        kwargs["min_epochs"] = None  # a step cap below one epoch is a cap, not a wish
+    return kwargs
+
+
+def _profiler(tc, run_dir: Path):
+    """trainer.profiler by name, its report saved in the run directory."""
+    if tc.trainer.profiler is None:
+        return None
+    from lightning.pytorch import profilers
+
+    cls = {"simple": profilers.SimpleProfiler, "advanced": profilers.AdvancedProfiler,
+           "pytorch": profilers.PyTorchProfiler}[tc.trainer.profiler]
+    return cls(dirpath=str(run_dir), filename="profile")
+
+
+def _best_checkpoint(tc, run_dir: Path):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    return ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), filename="best-epoch{epoch:03d}-step{step:06d}",
+                           monitor=tc.checkpoint.monitor, mode=tc.checkpoint.mode, save_top_k=1, save_last=False,
+                           auto_insert_metric_name=False)
+
+
+def _test_checkpoint(best, module, tc, last_path: Path) -> Path:
+    """The checkpoint to test: the best by the monitored metric, or the final state when it is at least as good."""
+    final = module.final_metrics.get(tc.checkpoint.monitor)
+    if not best.best_model_path or best.best_model_score is None:
+        return last_path
+    score = float(best.best_model_score)
+    if final is not None and (final <= score if tc.checkpoint.mode == "min" else final >= score):
+        return last_path
+    return Path(best.best_model_path)
+
+
+def _requeued() -> bool:
+    """A SLURM job started again after a requeue (its run directory holds the checkpoint to continue)."""
+    return os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0")
+
+
+def _requeue_on_slurm(signum: int) -> None:
+    """SIGUSR1/2 under SLURM is the warning before a time limit or preemption: requeue this job, as Lightning's
+    SLURMEnvironment(auto_requeue=True) does; the requeued job resumes from last.ckpt."""
+    import signal
+    import subprocess
+
+    job = os.environ.get("SLURM_ARRAY_JOB_ID") and \
+        f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID', '')}" or os.environ.get("SLURM_JOB_ID")
+    if job and signum in (signal.SIGUSR1, signal.SIGUSR2):
+        result = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
+        log.info("requeued SLURM job %s (scontrol exit %d)", job, result.returncode)
+
+
+def wandb_run_id(run_dir: Path) -> str | None:
+    """The id of the wandb run (offline or online) already in run_dir/wandb, to continue it."""
+    runs = sorted((run_dir / "wandb").glob("*run-*"), key=lambda p: p.stat().st_mtime)
+    return runs[-1].name.rsplit("-", 1)[-1] if runs else None
+
+
+def _write_failure(run_dir: Path, base: RunSummary, trainer, status: str, kind: str, message: str) -> None:
+    if trainer is not None and not trainer.is_global_zero:
+        return
+    module = trainer.lightning_module if trainer is not None else None
+    steps = trainer.global_step if trainer is not None else 0
+    write_summary(run_dir, dataclasses.replace(
+        base, status=status, error={"kind": kind, "message": message},
+        metrics=dict(module.final_metrics) if module is not None else {},
+        timings={"train_steps": steps}, checkpoints={"last": _rel(run_dir / LAST, run_dir)
+                                                     if (run_dir / LAST).is_file() else None}))
+
+
+def _fail(run_dir: Path, overrides: list[str], kind: str, message: str) -> None:
+    write_summary(run_dir, RunSummary(status="failed", overrides=overrides, error={"kind": kind, "message": message}))
+
+
+def _rel(path, run_dir: Path) -> str:
+    return os.path.relpath(Path(path).resolve(), Path(run_dir).resolve())
+
+
+def _plain(tc) -> dict:
+    """The training config as plain data (logger and callback nodes resolved)."""
+    out = dataclasses.asdict(dataclasses.replace(tc, logger={}, callbacks={}))
+    out["logger"] = OmegaConf.to_container(tc.logger, resolve=True) if tc.logger else {}
+    out["callbacks"] = OmegaConf.to_container(tc.callbacks, resolve=True) if tc.callbacks else {}
+    return out
+
+
+def _environment() -> dict[str, Any]:
+    import lightning as L
+    import torch
+
+    return {"torch": torch.__version__, "lightning": L.__version__, "python": platform.python_version(),
+            "machine": platform.machine(), "processor": _cpu_name(), "cpu_count": os.cpu_count(),
+            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+            "torch_threads": torch.get_num_threads()}
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _looks_empty(run_dir: Path) -> bool:
+    """Only Hydra's bookkeeping (.hydra/, the job log, the lock) and nothing a run produced."""
+    return run_dir.is_dir() and all(p.name in (".hydra", ".lock") or p.suffix == ".log" for p in run_dir.iterdir())
+
+
+def _remove_run_dir(run_dir: Path) -> None:
+    import shutil
+
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def result_line(summary: RunSummary, run_dir: Path) -> str:
     """One line to end a run with: the headline metrics, the time, and where everything is."""
     keys = ("val/acc", "val/bpb", "val/loss", "test/acc", "test/bpb")
-    found = {k: v for k, v in {**summary["metrics"], **summary["test_metrics"]}.items() if k in keys}
+    found = {k: v for k, v in {**summary.metrics, **summary.test_metrics}.items() if k in keys and v is not None}
     metrics = ", ".join(f"{k} {found[k]:.4f}" for k in keys if k in found)
-    return f"mhalab: done in {summary['timings']['total_s']:.0f} s: {metrics}; results in {summary['run_dir']}/summary.json"
+    took = summary.timings.get("total_s")
+    return (f"mhalab: done{f' in {took:.0f} s' if took else ''}: {metrics}; results in "
+            f"{Path(run_dir) / 'summary.json'}")
 
 
 def _finish_wandb() -> None:
@@ -256,24 +383,6 @@ def _finish_wandb() -> None:
 
         if wandb.run is not None:
             wandb.finish()
-
-
-@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
-def _hydra_main(cfg: DictConfig) -> float | None:
-    return run(cfg)
-
-
-def main() -> None:
-    from mhalab.runs import preflight
-
-    os.environ.setdefault("MHALAB_RUN_ID", new_run_id())
-    os.environ.setdefault("MHALAB_ROOT", os.getcwd())
-    try:
-        sys.argv[1:] = preflight(sys.argv[1:], CONF_DIR)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    _hydra_main()
 
 
 if __name__ == "__main__":

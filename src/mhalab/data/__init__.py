@@ -1,9 +1,17 @@
 """Data: tasks as Hugging Face ``datasets`` wrapped in a Lightning data module.
 
-``build_datamodule(cfg)`` is the entry point; ``conf/data/*.yaml`` lists every key.
+``build_datamodule(cfg)`` is the entry point; ``mhalab.data.config.DataConfig`` lists every key. Importing this
+package stays light (no torch or Lightning) so that configs can be checked quickly.
 """
 
 from mhalab.data.config import TASKS, DataConfig
-from mhalab.data.datamodule import TextDataModule, build_datamodule
 
 __all__ = ["TASKS", "DataConfig", "TextDataModule", "build_datamodule"]
+
+
+def __getattr__(name: str):
+    if name in ("TextDataModule", "build_datamodule"):
+        from mhalab.data import datamodule
+
+        return getattr(datamodule, name)
+    raise AttributeError(f"module 'mhalab.data' has no attribute {name!r}")

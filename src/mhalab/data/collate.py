@@ -50,27 +50,29 @@ class MLMCollator:
     """BERT masking: each non-special token is chosen with ``mlm_probability``; a chosen token becomes
     [MASK] (80%), a random non-special token (10%) or stays (10%); ``labels`` hold the original id there.
 
-    With an ``eval_seed`` each example is masked by its own generator seeded with ``eval_seed + idx``, so
-    validation masks are the same in every epoch, run, batch size and worker layout.  With a ``train_seed``
-    (and no eval_seed) masks are fresh every epoch but drawn from (train_seed, epoch, idx) alone, so a resumed
-    run masks exactly as an uninterrupted one; ``set_epoch`` is called through the train sampler.  With
-    neither, masks come from torch's global generator.  Every sequence
-    with a maskable token gets at least one prediction so that the loss is always defined.
+    Every example is masked by its own generator, seeded from (seed, epoch, example index): with an ``eval_seed``
+    the masks are the same in every epoch, run, batch size and worker layout (validation, test); with a
+    ``train_seed`` they are fresh every epoch (the example's ``epoch`` field, set by ``EpochIndexed``). Nothing
+    depends on the collator's own state, so worker processes mask exactly as the main process would. Every
+    sequence with a maskable token gets at least one prediction so that the loss is always defined.
     """
 
     def __init__(
         self, pad_id: int, mask_id: int, n_special: int, vocab_size: int, mlm_probability: float,
         eval_seed: int | None = None, train_seed: int | None = None,
     ) -> None:
+        if (eval_seed is None) == (train_seed is None):
+            raise ValueError("MLMCollator needs exactly one of eval_seed and train_seed")
         self.pad_id, self.mask_id, self.n_special, self.vocab_size = pad_id, mask_id, n_special, vocab_size
         self.p = mlm_probability
-        self.eval_seed = eval_seed
-        self.train_seed, self.epoch = train_seed, 0
+        self.eval_seed, self.train_seed = eval_seed, train_seed
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+    def seed_of(self, example: dict) -> int:
+        if self.eval_seed is not None:
+            return self.eval_seed + int(example["idx"])
+        return self.train_seed * 1_000_003 + int(example.get("epoch", 0)) * 10_000_019 + int(example["idx"])
 
-    def mask(self, ids: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def mask(self, ids: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Mask one 1-D sequence; return (masked ids, labels)."""
         ids = ids.long()
         u_choose, u_kind = torch.rand(2, len(ids), generator=generator)
@@ -87,12 +89,7 @@ class MLMCollator:
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
         masked, labels = [], []
         for e in examples:
-            gen = None
-            if self.eval_seed is not None:
-                gen = torch.Generator().manual_seed(self.eval_seed + int(e["idx"]))
-            elif self.train_seed is not None:
-                gen = torch.Generator().manual_seed(self.train_seed * 1_000_003 + self.epoch * 10_000_019 + int(e["idx"]))
-            m, lab = self.mask(e["input_ids"], gen)
+            m, lab = self.mask(e["input_ids"], torch.Generator().manual_seed(self.seed_of(e)))
             masked.append(m)
             labels.append(lab)
         input_ids, padding_mask = pad(masked, self.pad_id)

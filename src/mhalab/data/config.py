@@ -1,16 +1,23 @@
-"""The ``data`` config node: its keys, their defaults and their checks."""
+"""The ``data`` config node: its keys, their defaults and their checks, and the built-in tasks.
+
+``DataConfig.__post_init__`` checks every value that does not depend on the task; ``resolved()`` fills the task's
+defaults (objective, tokenizer, text column) and checks the combinations that do. This module imports no torch.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
+from mhalab.checks import check_choice, check_int
 from mhalab.errors import ConfigError
 
 OBJECTIVES = ("classification", "mlm", "clm")
 TOKENIZERS = ("byte", "bpe", "listops")
+# keys that change how batches are served, never the cached token ids
+LOADER_KEYS = ("batch_size", "num_workers", "mlm_probability", "cache_dir", "hf_cache_dir")
 
 
 @dataclass(frozen=True)
@@ -27,7 +34,8 @@ class TaskInfo:
 
 
 TASKS: dict[str, TaskInfo] = {
-    "bbc_news": TaskInfo("classification", "bbc_news", ("business", "entertainment", "politics", "sports", "tech")),
+    "bbc_news": TaskInfo("classification", "bbc_news", ("business", "entertainment", "politics", "sports", "tech"),
+                         default_tokenizer="bpe"),
     "bbc_news_mlm": TaskInfo("mlm", "bbc_news"),
     "listops": TaskInfo("classification", "listops", tuple(str(d) for d in range(10)), default_tokenizer="listops"),
     "ag_news": TaskInfo("classification", "hub", ("World", "Sports", "Business", "Sci/Tech"), "fancyzhx/ag_news"),
@@ -40,7 +48,8 @@ TASKS: dict[str, TaskInfo] = {
 
 @dataclass
 class ListOpsConfig:
-    """Generator settings for ``task: listops`` (LRA: 10, 10, 500, 2000, 96000, 2000, 2000)."""
+    """Generator settings for ``task: listops`` (LRA: max_depth 10, max_args 10, lengths 500-2000,
+    96000/2000/2000 examples)."""
 
     max_depth: int = 6
     max_args: int = 10
@@ -50,36 +59,71 @@ class ListOpsConfig:
     n_val: int = 1000
     n_test: int = 1000
 
+    def __post_init__(self):
+        for key in ("max_depth", "max_args"):
+            check_int(f"data.listops.{key}", getattr(self, key), 2)
+        for key in ("min_length", "max_length", "n_train", "n_val", "n_test"):
+            check_int(f"data.listops.{key}", getattr(self, key), 1)
+        if self.min_length > self.max_length:
+            raise ConfigError(f"data.listops.min_length={self.min_length} exceeds data.listops.max_length="
+                              f"{self.max_length}: min_length must not exceed max_length")
+
 
 @dataclass
 class DataConfig:
-    """Every key of the ``data`` node; ``conf/data/*.yaml`` documents them."""
+    """Every key of the ``data`` node."""
 
-    task: str = "bbc_news"
-    objective: str | None = None  # None: the task's default
-    path: Any = None  # str | list[str] | dict[split, str | list[str]]
-    tokenizer: str | None = None  # None: the task's default
-    vocab_size: int = 1000
-    max_len: int = 256
+    task: str = "bbc_news"  # bbc_news | bbc_news_mlm | listops | ag_news | imdb | sst2 | wikitext2 | tiny_shakespeare
+    objective: Optional[str] = None  # classification | mlm | clm; None: the task's own
+    path: Any = None  # local file(s) replacing the task's source: a file, a list, or {train: ..., validation: ...}
+    tokenizer: Optional[str] = None  # byte | bpe | listops; None: the task's own
+    vocab_size: int = 2000  # bpe only: vocabulary size, trained on the train split (>= 261)
+    max_len: int = 256  # tokens per example ([CLS] included) or per language-modelling window
     batch_size: int = 32
-    num_workers: int = 0
-    val_fraction: float = 0.1
-    test_fraction: float = 0.1
-    split_seed: int = 0
-    text_column: str | None = None  # None: "text" (the hub dataset's own column for hub tasks)
+    num_workers: int = 0  # DataLoader worker processes (results do not depend on it)
+    val_fraction: float = 0.1  # share of the documents for validation when the source has no validation split
+    test_fraction: float = 0.1  # share for test when the source has no (labelled) test split
+    split_seed: int = 0  # seed of the document split and of generated tasks
+    text_column: Optional[str] = None  # None: "text" (the hub dataset's own column for hub tasks)
     label_column: str = "label"
-    mlm_probability: float = 0.15
-    cache_dir: str | None = None  # None: ./data_cache
-    hf_cache_dir: str | None = None  # None: the Hugging Face datasets cache (HF_DATASETS_CACHE)
-    n_classes: int | None = None  # None: the task's number of classes
-    limit: int | None = None  # at most this many examples per split
+    mlm_probability: float = 0.15  # mlm only: share of tokens predicted (80% [MASK], 10% random, 10% kept)
+    cache_dir: Optional[str] = None  # tokenized datasets are cached here; None: ./.cache/mhalab
+    hf_cache_dir: Optional[str] = None  # None: the Hugging Face datasets cache (HF_DATASETS_CACHE)
+    n_classes: Optional[int] = None  # None: the task's number of classes
+    limit: Optional[int] = None  # at most this many examples per split (quick runs)
     listops: ListOpsConfig = field(default_factory=ListOpsConfig)
+
+    def __post_init__(self):
+        if isinstance(self.listops, dict):
+            self.listops = ListOpsConfig(**self.listops)
+        if self.task not in TASKS:
+            raise ConfigError(f"data.task={self.task!r} is unknown; allowed tasks are {', '.join(TASKS)}")
+        if self.objective is not None:
+            check_choice("data.objective", self.objective, OBJECTIVES)
+        if self.tokenizer is not None:
+            check_choice("data.tokenizer", self.tokenizer, TOKENIZERS)
+        check_int("data.max_len", self.max_len, 2)
+        check_int("data.batch_size", self.batch_size, 1)
+        check_int("data.num_workers", self.num_workers, 0)
+        check_int("data.split_seed", self.split_seed, 0)
+        check_int("data.vocab_size", self.vocab_size, 1)
+        if self.n_classes is not None:
+            check_int("data.n_classes", self.n_classes, 2)
+        if self.limit is not None:
+            check_int("data.limit", self.limit, 1)
+        for key in ("val_fraction", "test_fraction", "mlm_probability"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+                raise ConfigError(f"data.{key}={value!r}: {key} must be a number strictly between 0 and 1")
+        if self.val_fraction + self.test_fraction >= 1:
+            raise ConfigError(f"data.val_fraction={self.val_fraction} with data.test_fraction={self.test_fraction}: "
+                              "their sum must be below 1 to leave a training split")
 
     @classmethod
     def from_any(cls, cfg: Any) -> DataConfig:
-        """Build from a DictConfig, a dict or a DataConfig; fill task defaults; check every value."""
+        """The resolved config from a DataConfig, a dict or a DictConfig (unknown keys are an error)."""
         if isinstance(cfg, DataConfig):
-            return cfg
+            return cfg.resolved()
         if cfg is None:
             cfg = {}
         if not isinstance(cfg, dict):
@@ -90,19 +134,45 @@ class DataConfig:
                 cfg = OmegaConf.to_container(cfg, resolve=True)
             except InterpolationResolutionError as e:
                 reason = str(e).splitlines()[0]
-                raise ConfigError(f"a data key cannot be resolved ({reason}); define it, e.g. paths.cache_dir.") from e
-        cfg = dict(cfg)
+                raise ConfigError(f"a data key cannot be resolved ({reason}); define it, e.g. paths.cache_dir") from e
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(k for k in cfg if k not in known and not str(k).startswith("_"))
+        unknown = sorted(k for k in cfg if k not in known)
         if unknown:
-            raise ConfigError(f"unknown data key(s) {unknown}; allowed keys are {sorted(known)}.")
-        listops_cfg = cfg.pop("listops", None) or {}
+            raise ConfigError(f"unknown data key {unknown[0]!r}: allowed keys are {', '.join(sorted(known))}")
+        listops = cfg.get("listops") or {}
         lo_known = {f.name for f in dataclasses.fields(ListOpsConfig)}
-        lo_unknown = sorted(k for k in listops_cfg if k not in lo_known)
+        lo_unknown = sorted(k for k in listops if k not in lo_known)
         if lo_unknown:
-            raise ConfigError(f"unknown data.listops key(s) {lo_unknown}; allowed keys are {sorted(lo_known)}.")
-        out = cls(**{k: v for k, v in cfg.items() if k in known}, listops=ListOpsConfig(**listops_cfg))
-        out._fill_and_check()
+            raise ConfigError(f"unknown data.listops key {lo_unknown[0]!r}: allowed keys are "
+                              f"{', '.join(sorted(lo_known))}")
+        return cls(**cfg).resolved()
+
+    def resolved(self) -> DataConfig:
+        """A copy with the task's defaults filled in and the task-dependent combinations checked."""
+        info = self.info
+        out = dataclasses.replace(self, listops=dataclasses.replace(self.listops))
+        out.objective = self.objective or info.objective
+        out.tokenizer = self.tokenizer or info.default_tokenizer
+        if out.text_column is None:
+            out.text_column = "text" if self.path is not None else info.text_column
+        if out.cache_dir is None:
+            out.cache_dir = os.path.join(os.getcwd(), ".cache", "mhalab")
+        if "${" in str(out.cache_dir):
+            raise ConfigError(f"data.cache_dir={out.cache_dir!r} is an unresolved interpolation; give a directory")
+        if out.objective == "classification" and info.label_names is None and out.n_classes is None:
+            raise ConfigError(f"data.objective=classification with data.task={out.task}: a language-modelling task "
+                              "has no labels; use data.objective=mlm or clm (or data.n_classes with a labelled "
+                              "data.path)")
+        if out.tokenizer == "listops" and out.task != "listops":
+            raise ConfigError(f"data.tokenizer=listops with data.task={out.task}: the listops vocabulary only fits "
+                              "data.task=listops; use byte or bpe")
+        if out.tokenizer == "bpe":
+            if out.vocab_size < 261:
+                raise ConfigError(f"data.vocab_size={out.vocab_size} with data.tokenizer=bpe: vocab_size must be >= 261 "
+                                  "(the 256 bytes and 5 special tokens)")
+        if out.task == "listops" and out.path is None and out.listops.max_length + 1 > out.max_len:
+            raise ConfigError(f"data.listops.max_length={out.listops.max_length} with data.max_len={out.max_len}: "
+                              "max_length must be below max_len (one position holds [CLS]) so no expression is cut")
         return out
 
     @property
@@ -123,63 +193,3 @@ class DataConfig:
         names = self.info.label_names
         return list(names) if names is not None and len(names) == self.n_labels else None
 
-    def _fill_and_check(self) -> None:
-        if self.task not in TASKS:
-            raise ConfigError(f"data.task={self.task!r} is unknown; allowed tasks are {list(TASKS)}.")
-        info = self.info
-        self.objective = self.objective or info.objective
-        self.tokenizer = self.tokenizer or info.default_tokenizer
-        if self.text_column is None:
-            self.text_column = "text" if self.path is not None else info.text_column
-        if self.cache_dir is None:
-            self.cache_dir = os.path.join(os.getcwd(), "data_cache")
-        if isinstance(self.cache_dir, str) and "${" in self.cache_dir:
-            raise ConfigError(f"data.cache_dir={self.cache_dir!r} is an unresolved interpolation; give a directory.")
-        _check_choice("data.objective", self.objective, OBJECTIVES)
-        _check_choice("data.tokenizer", self.tokenizer, TOKENIZERS)
-        if self.objective == "classification" and info.label_names is None and self.n_classes is None:
-            raise ConfigError(
-                f"data.objective=classification needs labels but data.task={self.task} is a language-modelling "
-                "task; use data.objective=mlm or clm (or give data.n_classes with a labelled data.path)."
-            )
-        if self.tokenizer == "listops" and self.task != "listops":
-            raise ConfigError("data.tokenizer=listops only fits data.task=listops; use byte or bpe.")
-        _check_int("data.max_len", self.max_len, 2)
-        _check_int("data.batch_size", self.batch_size, 1)
-        _check_int("data.num_workers", self.num_workers, 0)
-        _check_int("data.split_seed", self.split_seed, 0)
-        if self.tokenizer == "bpe":
-            _check_int("data.vocab_size", self.vocab_size, 261, "bpe needs the 256 bytes and 5 special tokens")
-        if self.n_classes is not None:
-            _check_int("data.n_classes", self.n_classes, 2)
-        if self.limit is not None:
-            _check_int("data.limit", self.limit, 1)
-        for key in ("val_fraction", "test_fraction"):
-            value = getattr(self, key)
-            if not isinstance(value, (int, float)) or not 0 < value < 1:
-                raise ConfigError(f"data.{key}={value!r} must be a number strictly between 0 and 1.")
-        if self.val_fraction + self.test_fraction >= 1:
-            raise ConfigError("data.val_fraction + data.test_fraction must be below 1 to leave a training split.")
-        if not 0 < self.mlm_probability < 1:
-            raise ConfigError(f"data.mlm_probability={self.mlm_probability!r} must be strictly between 0 and 1.")
-        if self.task == "listops" and self.path is None:
-            lo = self.listops
-            for key in ("max_depth", "max_args", "min_length", "max_length", "n_train", "n_val", "n_test"):
-                _check_int(f"data.listops.{key}", getattr(lo, key), 2 if key in ("max_depth", "max_args") else 1)
-            if lo.min_length > lo.max_length:
-                raise ConfigError("data.listops.min_length must not exceed data.listops.max_length.")
-            if lo.max_length + 1 > self.max_len:
-                raise ConfigError(
-                    f"data.listops.max_length={lo.max_length} must be below data.max_len={self.max_len} "
-                    "(one position holds [CLS]) so that no expression is cut."
-                )
-
-
-def _check_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{key}={value!r} is not allowed; use one of {list(allowed)}.")
-
-
-def _check_int(key: str, value: Any, minimum: int, why: str = "") -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{key}={value!r} must be an integer >= {minimum}{' (' + why + ')' if why else ''}.")

@@ -12,7 +12,7 @@ from mhalab.data import preprocessing
 from mhalab.data.collate import EVAL_MASK_SEEDS, CausalLMCollator, ClassificationCollator, MLMCollator
 from mhalab.data.config import DataConfig
 from mhalab.data.tokenization import Tokenizer
-from mhalab.runs import EpochShuffleSampler
+from mhalab.data.sampling import EpochIndexed, EpochSampler
 
 
 class TextDataModule(L.LightningDataModule):
@@ -103,19 +103,27 @@ class TextDataModule(L.LightningDataModule):
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         workers = self.cfg.num_workers
-        collate = self.collate_fn(split)
-        sampler = None
-        if shuffle:  # order (and MLM masks) drawn from (seed, epoch) alone: a resumed run sees what an uninterrupted one does
-            sampler = EpochShuffleSampler(len(self.datasets[split]), self.seed,
-                                          on_set_epoch=getattr(collate, "set_epoch", None))
+        sampler = EpochSampler(len(self.datasets[split]), self.seed, self._train_position) if shuffle else None
         return DataLoader(
-            self.datasets[split],
+            EpochIndexed(self.datasets[split]),
             batch_size=self.batch_size,
             sampler=sampler,
-            collate_fn=collate,
+            collate_fn=self.collate_fn(split),
             num_workers=workers,
             persistent_workers=workers > 0,
         )
+
+    def _train_position(self) -> tuple[int, int]:
+        """(epoch, examples already trained on in it) from the training loop's progress, which a resumed run
+        restores from its checkpoint: the order is a function of (seed, epoch), so skipping them continues exactly
+        where the interrupted run stopped. (0, 0) outside a Trainer."""
+        trainer = getattr(self, "trainer", None)
+        if trainer is None:
+            return 0, 0
+        loop = trainer.fit_loop
+        epoch = loop.epoch_progress.current.processed
+        done = loop.epoch_loop.batch_progress.current.processed if loop.restarting else 0
+        return epoch, done * self.batch_size * trainer.world_size
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)
@@ -125,6 +133,24 @@ class TextDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", shuffle=False)
+
+    def reference_levels(self) -> dict[str, float]:
+        """What a model that ignores the input scores on this task (`mhalab.data.baselines`)."""
+        import numpy as np
+
+        from mhalab.data.baselines import classification_levels, unigram_levels
+
+        train, val = self.datasets["train"], self.datasets["validation"]
+        if self.objective == "classification":
+            return classification_levels(train["label"].tolist(), val["label"].tolist(), self.n_classes)
+        if self.token_bytes is None:
+            return {}
+
+        def tokens(ds):  # every non-special token of a split, as one array
+            ids = np.concatenate([row.numpy() for row in ds["input_ids"]]) if len(ds) else np.zeros(0, np.int64)
+            return ids[ids >= self._tok.n_special]
+
+        return unigram_levels(tokens(train), tokens(val), self.vocab_size, self.token_bytes.numpy())
 
     def probe_batch(self, n: int = 8) -> dict[str, torch.Tensor]:
         """The first ``n`` validation examples as one batch; the same on every call."""

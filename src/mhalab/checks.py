@@ -1,0 +1,55 @@
+"""Value checks shared by every config node: each failure is a ConfigError naming the key and what is allowed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mhalab.errors import ConfigError
+
+
+def check_int(key: str, value: Any, low: int | None = None, high: int | None = None) -> int:
+    """value must be an int (not a bool) in [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{key}={value!r}: {_name(key)} must be an integer{_range(low, high)}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise ConfigError(f"{key}={value!r}: {_name(key)} must be an integer{_range(low, high)}")
+    return value
+
+
+def check_number(key: str, value: Any, low: float | None = None, high: float | None = None,
+                 low_open: bool = False, high_open: bool = False) -> float:
+    """value must be a real number in the interval given by low/high (open where *_open)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise ConfigError(f"{key}={value!r}: {_name(key)} must be a number{_interval(low, high, low_open, high_open)}")
+    bad_low = low is not None and (value < low or (low_open and value == low))
+    bad_high = high is not None and (value > high or (high_open and value == high))
+    if bad_low or bad_high:
+        raise ConfigError(f"{key}={value!r}: {_name(key)} must be a number{_interval(low, high, low_open, high_open)}")
+    return float(value)
+
+
+def check_choice(key: str, value: Any, allowed: tuple) -> Any:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r}: {_name(key)} must be one of {', '.join(map(str, allowed))}")
+    return value
+
+
+def _range(low, high) -> str:
+    if low is not None and high is not None:
+        return f" in [{low}, {high}]"
+    return f" >= {low}" if low is not None else (f" <= {high}" if high is not None else "")
+
+
+def _interval(low, high, low_open, high_open) -> str:
+    if low is None and high is None:
+        return ""
+    if high is None:
+        return f" {'>' if low_open else '>='} {low}"
+    if low is None:
+        return f" {'<' if high_open else '<='} {high}"
+    return f" in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+
+
+def _name(key: str) -> str:
+    """The last part of a dotted key: `attention.n_heads` -> `n_heads`."""
+    return key.rsplit(".", 1)[-1]

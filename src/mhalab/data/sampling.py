@@ -1,0 +1,54 @@
+"""The order of training examples, and the epoch each one is drawn in, as pure functions of (seed, epoch).
+
+`EpochSampler` yields `(epoch, index)` pairs: a permutation drawn from (seed, epoch) alone, starting after the
+batches a resumed run has already trained on. `EpochIndexed` hands the epoch to each example, so that random
+choices made while collating (MLM masks) come from (seed, epoch, example index) inside whichever worker process
+builds the batch. Results therefore do not depend on `num_workers`, and a run resumed mid-epoch sees exactly the
+batches an uninterrupted one does.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+import torch
+from torch.utils.data import Dataset, Sampler
+
+
+class EpochSampler(Sampler[tuple[int, int]]):
+    """A permutation of range(n) per epoch from (seed, epoch). `position()` -> (epoch, examples to skip) is asked
+    when iteration starts (the training loop's restored progress); without it the epoch is `set_epoch`'s."""
+
+    def __init__(self, n: int, seed: int, position: Callable[[], tuple[int, int]] | None = None):
+        self.n, self.seed, self.epoch = n, seed, 0
+        self.position = position
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def permutation(self, epoch: int) -> list[int]:
+        g = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+        return torch.randperm(self.n, generator=g).tolist()
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        epoch, skip = self.position() if self.position is not None else (self.epoch, 0)
+        self.epoch = epoch
+        return iter([(epoch, i) for i in self.permutation(epoch)[skip:]])
+
+    def __len__(self) -> int:
+        return self.n
+
+
+class EpochIndexed(Dataset):
+    """A dataset indexed by `(epoch, index)` or by `index`; each example gets an `epoch` field (0 for plain
+    indices: validation and test)."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key):
+        epoch, index = key if isinstance(key, tuple) else (0, key)
+        return {**self.dataset[index], "epoch": epoch}

@@ -1,0 +1,92 @@
+"""One definition of the evaluation metrics, of head importance and of eval mode, used by training, ablation,
+pruning and conversion alike.
+
+Metrics are token-weighted over every predicted position (label != -100) of the evaluated batches:
+    loss = sum of cross-entropy (nats) / predicted positions
+    acc  = correct predictions / predicted positions
+    bpb  = sum of cross-entropy / (ln 2 * UTF-8 bytes of the predicted tokens)   (language modelling only)
+They are computed from four running sums (`batch_sums`), so that batches, processes and epochs add up exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Iterable, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+IGNORE_INDEX = -100
+SUMS = ("nats", "correct", "count", "bytes")
+
+
+@contextlib.contextmanager
+def eval_mode(module: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """`module.eval()` for the duration, then its previous mode back (also after an error)."""
+    was_training = module.training
+    module.eval()
+    try:
+        yield module
+    finally:
+        module.train(was_training)
+
+
+def batch_sums(logits: Tensor, labels: Tensor, token_bytes: Tensor | None = None) -> Tensor:
+    """(nats, correct, count, bytes) of one batch as a float64 tensor (4,).
+
+    logits (N, C), labels (N,) with IGNORE_INDEX where nothing is predicted; token_bytes (C,) the UTF-8 length of
+    each class (token) for bits per byte, or None (then bytes = 0).
+    """
+    valid = labels != IGNORE_INDEX  # (N,)
+    lg, lb = logits.float()[valid], labels[valid]
+    nats = F.cross_entropy(lg, lb, reduction="sum") if lb.numel() else lg.sum() * 0
+    correct = (lg.argmax(-1) == lb).sum()
+    nbytes = token_bytes[lb].sum() if token_bytes is not None else torch.zeros((), device=lb.device)
+    return torch.stack([nats.detach().double(), correct.double(), torch.tensor(float(lb.numel()),
+                        dtype=torch.float64, device=lb.device), nbytes.double()])
+
+
+def metrics_from_sums(sums: Tensor, bits_per_byte: bool) -> dict[str, float]:
+    """{loss, acc[, bpb]} from accumulated `batch_sums`."""
+    nats, correct, count, nbytes = (float(x) for x in sums)
+    out = {"loss": nats / max(count, 1.0), "acc": correct / max(count, 1.0)}
+    if bits_per_byte:
+        out["bpb"] = nats / (math.log(2) * max(nbytes, 1.0))
+    return out
+
+
+@torch.no_grad()
+def evaluate(module, batches: Iterable[dict[str, Tensor]]) -> dict[str, float]:
+    """The metrics of `module` (an `AttentionLitModule`) over the batches, in eval mode."""
+    total = torch.zeros(4, dtype=torch.float64)
+    with eval_mode(module):
+        for batch in batches:
+            logits, labels = module.logits_and_labels(module.to_device(batch))
+            total += batch_sums(logits, labels, module.token_bytes).cpu()
+    return metrics_from_sums(total, module.reports_bpb)
+
+
+def headline(metrics: dict) -> str:
+    """The metric a result is judged by: bits per byte for text language models, else accuracy."""
+    return "bpb" if "bpb" in metrics else "acc"
+
+
+def mean_cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
+    """The training loss: mean cross-entropy over the predicted positions. logits (N, C), labels (N,)."""
+    return F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
+
+
+def mean_loss(module, batch: dict[str, Tensor]) -> Tensor:
+    """The training loss of one batch."""
+    return mean_cross_entropy(*module.logits_and_labels(batch))
+
+
+def importance(module, batches: list[dict[str, Tensor]], normalize: bool = True) -> Tensor:
+    """(n_layers, n_heads) head importance (Michel et al. 2019) over the examples of `batches`, in eval mode
+    (no dropout); heads whose gate is 0 get 0. See `mhalab.stats.head_importance`."""
+    from mhalab.stats import head_importance
+
+    with eval_mode(module):
+        return head_importance(module, [module.to_device(b) for b in batches], mean_loss, normalize=normalize)

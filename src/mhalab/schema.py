@@ -1,0 +1,402 @@
+"""The config schema: every key of a training run, its type, default and checks, in one place.
+
+The dataclasses below are registered with Hydra as the structured config `train_schema` (`register()`), which
+`conf/train.yaml` puts first in its defaults list: Hydra then refuses unknown keys and values of the wrong type
+while composing, the YAML files hold only values that differ from these defaults, and `OmegaConf.to_object`
+builds these classes, whose `__post_init__` checks ranges and combinations. The same classes are what the code
+reads, and `Architecture` is the resolved model a run trains, a checkpoint holds and `summary.json` records.
+
+Every error is a `ConfigError`: one sentence naming the key and the allowed values. This module imports no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from mhalab.checks import check_choice, check_int, check_number
+from mhalab.data.config import DataConfig
+from mhalab.errors import ConfigError
+from mhalab.heads import resolve_heads
+
+BACKENDS = ("sdpa", "math")
+NORMS = ("pre", "post")
+POSITIONS = ("learned", "sinusoidal", "rotary")
+POOLINGS = ("cls", "mean")
+OBJECTIVES = ("classification", "mlm", "clm")
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
+STRATEGIES = ("auto", "ddp", "ddp_spawn", "ddp_find_unused_parameters_true", "single_device")
+PRECISIONS = ("32-true", "32", "16-mixed", "bf16-mixed", "bf16-true", "16-true", "64-true", "64")
+PROFILERS = ("simple", "advanced", "pytorch")
+MAX_SEED = 2**32 - 1
+
+
+# -- model -----------------------------------------------------------------------------------------------------
+
+@dataclass
+class AttentionConfig:
+    """The attention layer (`mhalab.attention.MultiHeadAttention`)."""
+
+    n_heads: int = 4
+    n_kv_heads: Optional[int] = None  # None = n_heads (MHA); 1 = MQA; a divisor of n_heads = GQA
+    d_head: Optional[int] = None  # None = model.d_model // n_heads; any positive value decouples width from count
+    backend: str = "sdpa"  # sdpa (torch scaled_dot_product_attention) | math (explicit softmax)
+    dropout: float = 0.0  # on the attention weights
+
+    def __post_init__(self):
+        check_int("attention.n_heads", self.n_heads, 1)
+        if self.n_kv_heads is not None:
+            check_int("attention.n_kv_heads", self.n_kv_heads, 1)
+        if self.d_head is not None:
+            check_int("attention.d_head", self.d_head, 1)
+        check_choice("attention.backend", self.backend, BACKENDS)
+        check_number("attention.dropout", self.dropout, 0, 1, high_open=True)
+
+
+@dataclass
+class ParamMatch:
+    """A reference attention layer whose parameter count an arm should have (Shazeer 2019 raised d_ff for MQA)."""
+
+    n_heads: int = 4
+    n_kv_heads: Optional[int] = None
+    d_head: Optional[int] = None
+
+
+@dataclass
+class ModelConfig:
+    """The encoder around the attention layer (`mhalab.model`)."""
+
+    d_model: int = 128
+    n_layers: int = 2
+    d_ff: int = 512
+    dropout: float = 0.1  # embeddings, residual branches, feed-forward
+    norm: str = "pre"  # pre (pre-LN) | post (post-LN, Vaswani et al. 2017)
+    pos: str = "learned"  # learned | sinusoidal | rotary
+    rope_base: float = 10000.0  # rotary only: the base of the rotation frequencies
+    rotary_dim: Optional[int] = None  # rotary only: rotated features per head (even, <= d_head); None = all of d_head
+    max_len: int = 512  # size of the positional table; must be >= data.max_len
+    bias: bool = True
+    pooling: str = "mean"  # classification: mean (over non-padding tokens) | cls (the first token)
+    tie_weights: bool = True  # the LM head shares the token embedding
+    param_match: Optional[ParamMatch] = None  # set d_ff so the model has the parameters it has with this attention
+
+    def __post_init__(self):
+        for key in ("d_model", "n_layers", "d_ff", "max_len"):
+            check_int(f"model.{key}", getattr(self, key), 1, 1 << 20)
+        for key in ("dropout",):
+            check_number(f"model.{key}", getattr(self, key), 0, 1, high_open=True)
+        check_choice("model.norm", self.norm, NORMS)
+        check_choice("model.pos", self.pos, POSITIONS)
+        check_choice("model.pooling", self.pooling, POOLINGS)
+        check_number("model.rope_base", self.rope_base, 1, low_open=True)
+        if self.rotary_dim is not None:
+            check_int("model.rotary_dim", self.rotary_dim, 2)
+
+
+@dataclass
+class Architecture:
+    """The resolved model a run trains and a checkpoint holds: attention sizes filled in, d_ff matched,
+    vocabulary and classes from the data. `build_model(arch)` builds it; `mhalab.cost` prices it."""
+
+    vocab_size: int
+    objective: str = "classification"  # classification | mlm | clm
+    n_classes: Optional[int] = None  # classification only
+    model: ModelConfig = field(default_factory=ModelConfig)
+    attention: AttentionConfig = field(default_factory=AttentionConfig)
+
+    def __post_init__(self):
+        if isinstance(self.model, dict):
+            self.model = ModelConfig(**{k: v for k, v in self.model.items() if k != "param_match"},
+                                     param_match=_param_match(self.model.get("param_match")))
+        if isinstance(self.attention, dict):
+            self.attention = AttentionConfig(**self.attention)
+        check_int("vocab_size", self.vocab_size, 2, 1 << 24)
+        check_choice("data.objective", self.objective, OBJECTIVES)
+        if self.objective == "classification":
+            check_int("n_classes", self.n_classes, 2, 1 << 20)
+        m, a = self.model, self.attention
+        a.n_kv_heads, a.d_head = resolve_heads(m.d_model, a.n_heads, a.n_kv_heads, a.d_head, "attention.")
+        if m.param_match is not None:
+            m.d_ff, m.param_match = matched_d_ff(m, a, m.param_match), None
+        if m.pos == "rotary":
+            rotary_dim = a.d_head if m.rotary_dim is None else m.rotary_dim
+            if rotary_dim % 2 or rotary_dim > a.d_head:
+                raise ConfigError(f"model.rotary_dim={rotary_dim} with attention.d_head={a.d_head}: rotary positions "
+                                  "rotate an even number of features, at most d_head")
+
+    @property
+    def causal(self) -> bool:
+        """True for next-token objectives: each position sees only itself and the past."""
+        return self.objective == "clm"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Architecture:
+        """From `to_dict()` output (a checkpoint's hyperparameters, a summary); unknown keys are an error."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"an architecture must be a mapping, got {type(d).__name__}")
+        _known_keys("architecture", d, cls)
+        _known_keys("model", d.get("model") or {}, ModelConfig)
+        _known_keys("attention", d.get("attention") or {}, AttentionConfig)
+        return cls(**d)
+
+
+def _param_match(node) -> ParamMatch | None:
+    return ParamMatch(**node) if isinstance(node, dict) else node
+
+
+def _known_keys(where: str, d: dict, cls) -> None:
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ConfigError(f"unknown {where} key {unknown[0]!r}: allowed keys are {', '.join(sorted(known))}")
+
+
+def matched_d_ff(model: ModelConfig, attention: AttentionConfig, ref: ParamMatch) -> int:
+    """The d_ff that gives `model` with `attention` the parameter count it has with `ref` attention and its own
+    d_ff, as nearly as an integer allows (one feed-forward unit holds 2 * d_model + 1 parameters with bias)."""
+    from mhalab.cost import attention_params
+
+    ref_kv, ref_d_head = resolve_heads(model.d_model, ref.n_heads, ref.n_kv_heads, ref.d_head, "model.param_match.")
+    delta = (attention_params(model.d_model, ref.n_heads, ref_d_head, ref_kv, model.bias)
+             - attention_params(model.d_model, attention.n_heads, attention.d_head, attention.n_kv_heads, model.bias))
+    d_ff = model.d_ff + round(delta / (2 * model.d_model + int(model.bias)))
+    if d_ff < 1:
+        raise ConfigError(f"model.param_match: matching {ref} needs d_ff={d_ff}; raise model.d_ff")
+    return d_ff
+
+
+# -- training --------------------------------------------------------------------------------------------------
+
+@dataclass
+class OptimConfig:
+    """AdamW with linear warm-up, then cosine decay to min_lr_ratio * lr, stepped every optimizer step."""
+
+    lr: float = 2.0e-3
+    weight_decay: float = 0.01  # on matrices and embeddings only (not biases or norms), as in nanoGPT
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.98])
+    eps: float = 1.0e-8
+    warmup_steps: int = 30
+    warmup_ratio: Optional[float] = None  # a fraction of all training steps; replaces warmup_steps when set
+    min_lr_ratio: float = 0.1
+
+    def __post_init__(self):
+        check_number("optim.lr", self.lr, 0, 10, low_open=True)
+        check_number("optim.weight_decay", self.weight_decay, 0)
+        if len(self.betas) != 2:
+            raise ConfigError(f"optim.betas={list(self.betas)!r}: betas must be two numbers in [0, 1)")
+        for i, beta in enumerate(self.betas):
+            check_number(f"optim.betas[{i}]", beta, 0, 1, high_open=True)
+        check_number("optim.eps", self.eps, 0, low_open=True)
+        check_int("optim.warmup_steps", self.warmup_steps, 0)
+        if self.warmup_ratio is not None:
+            check_number("optim.warmup_ratio", self.warmup_ratio, 0, 1, high_open=True)
+        check_number("optim.min_lr_ratio", self.min_lr_ratio, 0, 1)
+
+
+@dataclass
+class StatsConfig:
+    """Per-head attention statistics on a fixed probe batch (`mhalab.callbacks.HeadStatsCallback`)."""
+
+    enabled: bool = True
+    every_n_steps: int = 50  # one extra no-grad pass every n optimizer steps, and one at each validation end
+    probe_size: int = 8  # validation examples in the probe batch
+    importance: bool = True  # head importance (Michel et al. 2019) at the end of training
+    importance_batches: int = 8  # validation batches whose examples importance averages over
+    plots: bool = True  # attention maps and layer x head heatmaps in <run_dir>/plots
+    max_plot_tokens: int = 48  # tokens shown in the attention maps
+
+    def __post_init__(self):
+        check_int("stats.every_n_steps", self.every_n_steps, 1)
+        check_int("stats.probe_size", self.probe_size, 1, 4096)
+        check_int("stats.importance_batches", self.importance_batches, 1)
+        check_int("stats.max_plot_tokens", self.max_plot_tokens, 2, 512)
+
+
+@dataclass
+class TrainerConfig:
+    """The arguments of `lightning.pytorch.Trainer` that mhalab passes on (others are refused)."""
+
+    accelerator: str = "auto"  # auto picks a GPU when there is one
+    devices: Any = 1  # a count, -1 / "auto" (all), or a list of device indices
+    strategy: str = "auto"
+    num_nodes: int = 1
+    precision: str = "32-true"
+    min_epochs: Optional[int] = 1
+    max_epochs: Optional[int] = 6  # -1 = no limit
+    max_steps: int = -1  # -1 = no limit
+    gradient_clip_val: Optional[float] = 1.0
+    accumulate_grad_batches: int = 1
+    log_every_n_steps: int = 10
+    check_val_every_n_epoch: Optional[int] = 1
+    val_check_interval: Any = 1.0  # a fraction of an epoch in (0, 1], or a number of training batches
+    limit_train_batches: Any = None  # None = all, a fraction in (0, 1], or a number of batches
+    limit_val_batches: Any = None
+    limit_test_batches: Any = None
+    overfit_batches: Any = 0.0
+    deterministic: Any = True  # true | false | warn: torch.use_deterministic_algorithms
+    enable_progress_bar: bool = True
+    enable_model_summary: bool = False  # mhalab prints its own summary: parameters and FLOPs per token
+    num_sanity_val_steps: int = 2
+    profiler: Optional[str] = None  # simple | advanced | pytorch; the report is saved in the run directory
+    sync_batchnorm: bool = False
+    detect_anomaly: bool = False
+
+    def __post_init__(self):
+        t = "trainer."
+        check_choice(t + "accelerator", self.accelerator, ACCELERATORS)
+        check_choice(t + "strategy", self.strategy, STRATEGIES)
+        check_choice(t + "precision", str(self.precision), PRECISIONS)
+        self.precision = str(self.precision)
+        _check_devices(self.devices)
+        check_int(t + "num_nodes", self.num_nodes, 1)
+        if self.min_epochs is not None:
+            check_int(t + "min_epochs", self.min_epochs, 0)
+        if self.max_epochs is not None and self.max_epochs != -1:
+            check_int(t + "max_epochs", self.max_epochs, 1)
+        if self.max_steps != -1:
+            check_int(t + "max_steps", self.max_steps, 1)
+        if self.max_steps == -1 and self.max_epochs in (None, -1):
+            raise ConfigError("trainer.max_epochs=-1 with trainer.max_steps=-1: training would never end; "
+                              "set max_epochs >= 1 or max_steps >= 1")
+        if self.gradient_clip_val is not None:
+            check_number(t + "gradient_clip_val", self.gradient_clip_val, 0)
+        check_int(t + "accumulate_grad_batches", self.accumulate_grad_batches, 1)
+        check_int(t + "log_every_n_steps", self.log_every_n_steps, 1)
+        if self.check_val_every_n_epoch is not None:
+            check_int(t + "check_val_every_n_epoch", self.check_val_every_n_epoch, 1)
+        _check_fraction_or_count(t + "val_check_interval", self.val_check_interval, allow_zero=False)
+        for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches"):
+            if getattr(self, key) is not None:
+                _check_fraction_or_count(t + key, getattr(self, key), allow_zero=False)
+        _check_fraction_or_count(t + "overfit_batches", self.overfit_batches, allow_zero=True)
+        if self.deterministic not in (True, False, "warn"):
+            raise ConfigError(f"trainer.deterministic={self.deterministic!r}: deterministic must be true, false or warn")
+        check_int(t + "num_sanity_val_steps", self.num_sanity_val_steps, -1)
+        if self.profiler is not None:
+            check_choice(t + "profiler", self.profiler, PROFILERS)
+
+    @property
+    def wants_gpu(self) -> bool:
+        return self.accelerator in ("gpu", "cuda")
+
+
+def _check_devices(devices: Any) -> None:
+    ok = (devices == "auto" or devices == -1 or (isinstance(devices, int) and not isinstance(devices, bool)
+                                                   and devices >= 1)
+          or (isinstance(devices, (list, tuple)) and devices and all(isinstance(d, int) and d >= 0 for d in devices)))
+    if not ok:
+        raise ConfigError(f"trainer.devices={devices!r}: devices must be a count >= 1, -1 or auto (all), "
+                          "or a list of device indices such as [0, 1]")
+
+
+def _check_fraction_or_count(key: str, value: Any, allow_zero: bool) -> None:
+    """A fraction in (0, 1] (a float) or a count >= 1 (an int); 0 / 0.0 only where allow_zero."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{key}={value!r}: {key} must be a fraction in (0, 1] or a count of batches >= 1")
+    if allow_zero and value == 0:
+        return
+    if isinstance(value, float) and not 0 < value <= 1 or isinstance(value, int) and value < 1:
+        raise ConfigError(f"{key}={value!r}: {key} must be a fraction in (0, 1] or a count of batches >= 1")
+
+
+@dataclass
+class CheckpointConfig:
+    """What is saved: `last.ckpt` at every checkpoint event and at the end; the best by `monitor` for test."""
+
+    every_n_steps: Optional[int] = None  # also save last.ckpt every n optimizer steps (bounds the work lost)
+    monitor: str = "val/loss"
+    mode: str = "min"  # min | max
+
+    def __post_init__(self):
+        if self.every_n_steps is not None:
+            check_int("checkpoint.every_n_steps", self.every_n_steps, 1)
+        check_choice("checkpoint.mode", self.mode, ("min", "max"))
+
+
+@dataclass
+class PathsConfig:
+    """Where a run's files go; the root is MHALAB_ROOT if set, else the current directory."""
+
+    root_dir: str = "${oc.env:MHALAB_ROOT,${mhalab.cwd:}}"
+    log_dir: str = "${paths.root_dir}/logs"
+    cache_dir: str = "${paths.root_dir}/.cache/mhalab"  # tokenized datasets, trained tokenizers
+
+
+@dataclass
+class FaultConfig:
+    """Deliberate failures for testing recovery (`mhalab.callbacks.FaultInjection`); all off by default."""
+
+    kill_at_step: Optional[int] = None  # SIGKILL the process before this optimizer step
+    nan_at_step: Optional[int] = None  # make the loss NaN at this optimizer step
+    kill_at: Optional[str] = None  # SIGKILL at a named point: prepare | checkpoint_write | validation | test |
+    #                                after_summary, optionally @n for the n-th pass (e.g. validation@2)
+
+    def __post_init__(self):
+        for key in ("kill_at_step", "nan_at_step"):
+            if getattr(self, key) is not None:
+                check_int(f"fault.{key}", getattr(self, key), 0)
+        if self.kill_at is not None:
+            from mhalab.faults import parse
+
+            try:
+                parse(self.kill_at)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+
+
+@dataclass
+class TrainConfig:
+    """A whole training run: `python -m mhalab.train` composes it from `conf/train.yaml` and its groups."""
+
+    task_name: str = "train"  # names the log folder: logs/<task_name>/...
+    tags: List[str] = field(default_factory=lambda: ["dev"])
+    seed: int = 42
+    train: bool = True
+    test: bool = True  # evaluate the best checkpoint on the test split after training
+    ckpt_path: Optional[str] = None  # start from this checkpoint's weights, optimizer and step in a new run
+    resume: Any = False  # true: continue the newest unfinished run with these overrides; or a run directory
+    torch_threads: Optional[int] = None  # torch intra-op threads (None: torch's default, all cores)
+    allowed_targets: List[str] = field(default_factory=list)  # your own code that `_target_` may name
+    data: DataConfig = field(default_factory=lambda: DataConfig(cache_dir="${paths.cache_dir}"))
+    model: ModelConfig = field(default_factory=ModelConfig)
+    attention: AttentionConfig = field(default_factory=AttentionConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    stats: StatsConfig = field(default_factory=StatsConfig)
+    logger: Dict[str, Any] = field(default_factory=dict)  # name -> {_target_: a Lightning logger, ...}
+    callbacks: Dict[str, Any] = field(default_factory=dict)  # name -> {_target_: a Lightning callback, ...}
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    fault: FaultConfig = field(default_factory=FaultConfig)
+
+    def __post_init__(self):
+        check_int("seed", self.seed, 0, MAX_SEED)
+        if self.torch_threads is not None:
+            check_int("torch_threads", self.torch_threads, 1, 4096)
+        if not isinstance(self.resume, (bool, str)):
+            raise ConfigError(f"resume={self.resume!r}: resume must be true, false or a run directory")
+        resolve_heads(self.model.d_model, self.attention.n_heads, self.attention.n_kv_heads, self.attention.d_head,
+                      "attention.")
+        if self.data.max_len > self.model.max_len:
+            raise ConfigError(f"data.max_len={self.data.max_len} is longer than the positional table model.max_len="
+                              f"{self.model.max_len}: raise model.max_len or lower data.max_len")
+        if not self.task_name or not all(c.isalnum() or c in "._-" for c in self.task_name) or \
+                self.task_name.strip(".") == "":
+            raise ConfigError(f"task_name={self.task_name!r}: task_name names a folder under paths.log_dir; use "
+                              "letters, digits, '.', '_' and '-' only")
+
+    def architecture(self, vocab_size: int, objective: str, n_classes: int | None) -> Architecture:
+        """The resolved architecture of this run for the data's vocabulary and classes."""
+        return Architecture(vocab_size=vocab_size, objective=objective, n_classes=n_classes,
+                            model=dataclasses.replace(self.model), attention=dataclasses.replace(self.attention))
+
+
+def register() -> None:
+    """Store `TrainConfig` as Hydra's structured config `train_schema` (idempotent)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="train_schema", node=TrainConfig)

@@ -1,0 +1,211 @@
+"""The run contract: `summary.json`, written by `mhalab.train` and read back by report, ablate, convert and plots.
+
+One dataclass, `RunSummary`, with a `schema_version`; `write_summary` and `read_summary` are the only code that
+touches the file. Paths inside it are relative to the run directory, so a copied run directory is self-contained.
+Per-head results are (n_layers, n_heads) matrices (nested lists; `head_matrix` turns them back into tensors).
+
+`read_summary` trusts nothing: the file size, nesting depth and every field's type are checked against this
+schema before a value is used, and a bad file is one `ConfigError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mhalab.errors import ConfigError
+
+SCHEMA_VERSION = 1
+SUMMARY = "summary.json"
+STATUSES = ("ok", "failed", "interrupted")
+MAX_BYTES = 64 * 2**20  # a summary of a 1000-layer x 1000-head model is far below this
+MAX_DEPTH = 12
+MAX_HEADS = 1 << 16  # layers x heads of a per-head matrix
+MAX_LIST = 10_000  # overrides, plots, errors
+
+
+@dataclass
+class RunSummary:
+    """Everything a finished, failed or interrupted run leaves for the tools that read it."""
+
+    status: str  # ok | failed | interrupted
+    task: str = ""
+    objective: str = ""
+    overrides: list[str] = field(default_factory=list)  # the command line's config overrides
+    config: dict[str, Any] = field(default_factory=dict)  # the composed config, resolved
+    architecture: dict[str, Any] = field(default_factory=dict)  # mhalab.schema.Architecture.to_dict()
+    label_names: list[str] | None = None  # classification: the name of each class id
+    metrics: dict[str, float] = field(default_factory=dict)  # train/*, val/* at the end of training
+    test_metrics: dict[str, float] = field(default_factory=dict)  # test/* of the best checkpoint
+    cost: dict[str, float] = field(default_factory=dict)  # params, flops_per_token, kv_cache_bytes_per_token ...
+    baselines: dict[str, float] = field(default_factory=dict)  # the task's reference levels: chance_acc ...
+    timings: dict[str, float] = field(default_factory=dict)  # fit_s, test_s, total_s, train_steps, tokens_seen ...
+    checkpoints: dict[str, str | None] = field(default_factory=dict)  # best, last: relative to the run directory
+    head_stats: dict[str, list[list[float]]] = field(default_factory=dict)  # stat -> (n_layers, n_heads)
+    head_importance: list[list[float]] | None = None  # (n_layers, n_heads), normalised per layer
+    kv_groups: dict[str, list[float]] = field(default_factory=dict)  # within/between_group_jsd -> (n_layers,)
+    plots: list[str] = field(default_factory=list)  # relative to the run directory
+    environment: dict[str, Any] = field(default_factory=dict)  # torch, python, machine, device ...
+    error: dict[str, str] | None = None  # failed / interrupted: {"kind", "message"}
+    extras_errors: list[str] = field(default_factory=list)  # end-of-training extras that failed (run kept)
+    schema_version: int = SCHEMA_VERSION
+
+    def path(self, run_dir: str | Path, rel: str | None) -> Path | None:
+        """A path stored in this summary, inside `run_dir` (None stays None)."""
+        return None if rel is None else Path(run_dir) / rel
+
+    def metric(self, key: str) -> float | None:
+        """A val/train metric or a test metric by name."""
+        return self.metrics.get(key, self.test_metrics.get(key))
+
+
+def write_summary(run_dir: str | Path, summary: RunSummary) -> Path:
+    """Write <run_dir>/summary.json atomically (temporary file, fsync, rename): a reader never sees half a file."""
+    path = Path(run_dir) / SUMMARY
+    data = _finite(dataclasses.asdict(summary))
+    tmp = path.with_name(f".{SUMMARY}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=2, allow_nan=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise OSError(e.errno, e.strerror, str(path)) from None
+    return path
+
+
+def read_summary(run_dir: str | Path) -> RunSummary:
+    """<run_dir>/summary.json, checked against RunSummary; ConfigError naming the file and field if it is not one."""
+    path = Path(run_dir) / SUMMARY
+    if not path.exists():
+        raise ConfigError(f"{path} does not exist: give the directory of a run written by mhalab.train")
+    if not path.is_file() or path.is_symlink():
+        raise ConfigError(f"{path} is not a regular file (a link or a device); refusing to read it")
+    size = path.stat().st_size
+    if size > MAX_BYTES:
+        raise ConfigError(f"{path} is {size} bytes, more than a summary can be ({MAX_BYTES}); refusing to read it")
+    with open(path, "rb") as f:
+        raw = f.read(MAX_BYTES + 1)  # bounded even if the file grows or is a device
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise ConfigError(f"{path} is not valid UTF-8 JSON ({type(e).__name__})") from None
+    return from_dict(data, str(path))
+
+
+def from_dict(data: Any, where: str = SUMMARY) -> RunSummary:
+    """A RunSummary from parsed JSON, every field type-checked."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} must hold a JSON object, got {type(data).__name__}")
+    _check_depth(data, where)
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ConfigError(f"{where} has schema_version={version!r}; this mhalab reads version {SCHEMA_VERSION}")
+    known = {f.name: f for f in dataclasses.fields(RunSummary)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ConfigError(f"{where} has an unknown field {unknown[0]!r}")
+    if data.get("status") not in STATUSES:
+        raise ConfigError(f"{where}: status={data.get('status')!r} must be one of {', '.join(STATUSES)}")
+    for name, value in data.items():
+        _check_field(name, value, where)
+    return RunSummary(**data)
+
+
+_STR_DICTS = ("checkpoints", "error")
+_NUM_DICTS = ("metrics", "test_metrics", "cost", "baselines")
+
+
+def _check_field(name: str, value: Any, where: str) -> None:
+    bad = None
+    if name in ("task", "objective", "status"):
+        bad = not isinstance(value, str)
+    elif name in ("overrides", "plots", "extras_errors"):
+        bad = not isinstance(value, list) or len(value) > MAX_LIST or not all(isinstance(v, str) and len(v) <= 4096
+                                                                             for v in value)
+        if not bad and name == "plots":
+            bad = any(_escapes(v) for v in value)
+    elif name == "label_names":
+        bad = value is not None and (not isinstance(value, list) or not all(isinstance(v, str) for v in value))
+    elif name in ("config", "architecture", "timings", "environment"):
+        bad = not isinstance(value, dict)
+    elif name in _NUM_DICTS:
+        bad = not isinstance(value, dict) or not all(_number_or_none(v) for v in value.values())
+    elif name in _STR_DICTS:
+        bad = value is not None and (not isinstance(value, dict) or
+                                     not all(v is None or isinstance(v, str) for v in value.values()))
+        if not bad and name == "checkpoints":
+            bad = any(v is not None and _escapes(v) for v in value.values())
+    elif name == "head_stats":
+        bad = not isinstance(value, dict) or not all(_matrix(v) for v in value.values())
+    elif name == "head_importance":
+        bad = value is not None and not _matrix(value)
+    elif name == "kv_groups":
+        bad = not isinstance(value, dict) or not all(_vector(v) for v in value.values())
+    elif name == "schema_version":
+        bad = not isinstance(value, int)
+    if bad:
+        raise ConfigError(f"{where}: field {name!r} does not have the type of a run summary (see mhalab.summary)")
+
+
+def _number_or_none(v: Any) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def _vector(v: Any) -> bool:
+    return isinstance(v, list) and len(v) <= MAX_HEADS and all(_number_or_none(x) for x in v)
+
+
+def _matrix(v: Any) -> bool:
+    """A rectangular (n_layers, n_heads) list of numbers of bounded size."""
+    if not isinstance(v, list) or not v or not all(isinstance(r, list) for r in v):
+        return False
+    width = len(v[0])
+    return width > 0 and len(v) * width <= MAX_HEADS and all(len(r) == width and _vector(r) for r in v)
+
+
+def _escapes(rel: str) -> bool:
+    """A stored path that is absolute or climbs out of the run directory."""
+    return os.path.isabs(rel) or ".." in Path(rel).parts
+
+
+def _check_depth(x: Any, where: str, depth: int = 0) -> None:
+    if depth > MAX_DEPTH:
+        raise ConfigError(f"{where} nests deeper than {MAX_DEPTH} levels; a run summary does not")
+    if isinstance(x, dict):
+        for v in x.values():
+            _check_depth(v, where, depth + 1)
+    elif isinstance(x, list):
+        for v in x:
+            _check_depth(v, where, depth + 1)
+
+
+def _finite(x: Any) -> Any:
+    """NaN and inf become None (JSON has no NaN); tensors and numpy scalars become numbers; paths strings."""
+    if hasattr(x, "tolist") and not isinstance(x, (list, dict)):
+        x = x.tolist()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {str(k): _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, Path):
+        return str(x)
+    return x
+
+
+def head_matrix(rows: list[list[float]] | None):
+    """A per-head matrix of a summary as a float32 tensor (n_layers, n_heads), None values as nan."""
+    import torch
+
+    if rows is None:
+        return None
+    return torch.tensor([[float("nan") if v is None else v for v in r] for r in rows], dtype=torch.float32)
