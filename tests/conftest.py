@@ -1,5 +1,6 @@
 """Shared helpers: run `python -m mhalab.train` in a subprocess on tiny settings."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -7,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from mhalab.schema import Architecture, AttentionConfig, ModelConfig
 
 REPO = Path(__file__).resolve().parents[1]
 # Tiny model and data so one run takes seconds on 2 CPU cores.
@@ -37,6 +40,24 @@ def run_train(tmp_path, data_cache):
         return subprocess.run(args, cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=timeout)
 
     return run
+
+
+MODEL_KEYS = {f.name for f in dataclasses.fields(ModelConfig)}
+ATTENTION_KEYS = {f.name for f in dataclasses.fields(AttentionConfig)}
+
+
+def arch(vocab_size: int = 50, objective: str = "classification", n_classes: int | None = None, **sizes) -> Architecture:
+    """An Architecture from flat sizes: model keys (d_model, pos, ...) and attention keys (n_heads, d_head, ...);
+    `attn_dropout` is attention.dropout."""
+    model = {k: v for k, v in sizes.items() if k in MODEL_KEYS}
+    attention = {k: v for k, v in sizes.items() if k in ATTENTION_KEYS and k != "dropout"}
+    if "attn_dropout" in sizes:
+        attention["dropout"] = sizes["attn_dropout"]
+    unknown = set(sizes) - MODEL_KEYS - ATTENTION_KEYS - {"attn_dropout"}
+    assert not unknown, unknown
+    if objective == "classification" and n_classes is None:
+        n_classes = 3
+    return Architecture(vocab_size, objective, n_classes, ModelConfig(**model), AttentionConfig(**attention))
 
 
 def summaries(root: Path) -> list[dict]:

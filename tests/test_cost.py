@@ -6,7 +6,9 @@ import torch
 from mhalab.attention import MultiHeadAttention
 from mhalab.cost import (attention_flops, attention_params, encoder_flops, encoder_params, kv_cache_bytes,
                          measured_flops, model_cost)
-from mhalab.model import EncoderConfig, build_model
+from conftest import arch
+
+from mhalab.model import build_model
 
 SHAPES = [  # d_model, n_heads, n_kv_heads, d_head, n
     (64, 4, 4, 16, 10),  # MHA, d_head = d_model / n_heads
@@ -41,11 +43,12 @@ def test_equal_cost_claim_in_closed_form():
 @pytest.mark.parametrize("objective", ["classification", "mlm"])
 @pytest.mark.parametrize("kw", [dict(), dict(n_kv_heads=1, d_head=12, pos="rotary"), dict(norm="post", bias=False)])
 def test_model_params_and_flops(objective, kw):
-    cfg = EncoderConfig(vocab_size=300, max_len=64, d_model=32, n_layers=2, n_heads=4, d_ff=80, **kw)
-    model = build_model(cfg, objective, n_classes=5)
-    assert sum(p.numel() for p in model.parameters()) == encoder_params(cfg, objective, 5)
+    a = arch(300, objective, 5 if objective == "classification" else None, max_len=64, d_model=32, n_layers=2,
+             n_heads=4, d_ff=80, **kw)
+    model = build_model(a)
+    assert sum(p.numel() for p in model.parameters()) == encoder_params(a)
     ids = torch.randint(0, 300, (2, 20))
-    assert measured_flops(model, ids) == 2 * encoder_flops(cfg, 20, objective, 5)["total"]
+    assert measured_flops(model, ids) == 2 * encoder_flops(a, 20)["total"]
 
 
 def test_attention_params_match_module():
@@ -58,5 +61,5 @@ def test_kv_cache_bytes():
     assert kv_cache_bytes(n_kv_heads=8, d_head=64, bytes_per_element=2) == 2048
     assert kv_cache_bytes(1, 64, 2) * 8 == kv_cache_bytes(8, 64, 2)  # MQA: 1/8 of MHA
     assert kv_cache_bytes(2, 16, 4, n_tokens=10, n_layers=3, batch_size=2) == 2 * 2 * 16 * 4 * 10 * 3 * 2
-    cfg = EncoderConfig(vocab_size=10, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2)
-    assert model_cost(cfg, 16)["kv_cache_bytes_per_token"] == 3 * 2 * 2 * 8 * 4
+    a = arch(10, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2)
+    assert model_cost(a, 16)["kv_cache_bytes_per_token"] == 3 * 2 * 2 * 8 * 4
