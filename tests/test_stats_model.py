@@ -1,4 +1,5 @@
-"""Statistics on real models: independent of the training backend; importance of a dead head is 0."""
+"""Statistics on real models: independent of the training backend; importance of a dead head is 0; importance is
+the mean of per-example gradients, whatever the batching."""
 
 import torch
 
@@ -61,3 +62,84 @@ def test_gated_off_head_changes_nothing_downstream():
         attn.head_gate[1] = 1
         attn.out_proj.weight[:, attn.d_head:2 * attn.d_head] = 0
     assert torch.allclose(removed, module(probe).logits, atol=1e-6) and not torch.allclose(base, removed)
+
+
+# ---------------------------------------------------------------- importance is a mean over examples
+
+LM_CFG = dict(CFG, n_kv_heads=4)
+
+
+def importance_case(objective: str) -> tuple[AttentionLitModule, dict]:
+    """A tiny model and 16 padded examples; for the LM objectives examples predict different numbers of tokens,
+    and example 5 predicts none."""
+    torch.manual_seed(1)
+    if objective == "classification":
+        module = AttentionLitModule(CFG, objective, 3, OPTIM)
+    else:
+        cfg = dict(LM_CFG, causal=objective == "clm", pos="rotary" if objective == "clm" else "learned")
+        module = AttentionLitModule(cfg, objective, None, OPTIM)
+    with torch.no_grad():  # larger weights than the N(0, 0.02) init, so heads differ and gradients are not tiny
+        for p in module.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.3)
+    g = torch.Generator().manual_seed(2)
+    ids = torch.randint(5, 40, (16, 12), generator=g)
+    pad = torch.arange(12).view(1, 12) >= torch.randint(4, 13, (16, 1), generator=g)
+    if objective == "classification":
+        labels = ids[:, 1] % 3
+    else:
+        target = torch.roll(ids, -1, 1) if objective == "clm" else ids
+        labels = torch.where(pad | (torch.rand(16, 12, generator=g) < 0.4), -100, target)
+        labels[5] = -100
+    return module.eval(), {"input_ids": ids, "padding_mask": pad, "labels": labels}
+
+
+def brute_force_importance(module, examples: dict) -> torch.Tensor:
+    """Per example: autograd.grad of that example's own loss w.r.t. the gates, abs, averaged over examples."""
+    gates = [layer.head_gate for layer in module.attention_layers()]
+    total, n = torch.zeros(len(gates), gates[0].numel()), 0
+    for g in gates:
+        g.requires_grad_(True)
+    try:
+        for i in range(examples["input_ids"].shape[0]):
+            ex = {k: v[i:i + 1] for k, v in examples.items()}
+            if (ex["labels"] != -100).any():
+                total += torch.stack(torch.autograd.grad(module.loss_and_logits(ex)[0], gates)).abs()
+                n += 1
+    finally:
+        for g in gates:
+            g.requires_grad_(False)
+    return total / n
+
+
+def split(examples: dict, size: int) -> list[dict]:
+    n = examples["input_ids"].shape[0]
+    return [{k: v[i:i + size] for k, v in examples.items()} for i in range(0, n, size)]
+
+
+
+def test_importance_matches_per_example_gradients_and_ignores_batching():
+    loss_fn = lambda m, b: m.loss_and_logits(b)[0]  # noqa: E731
+    for objective in ("classification", "mlm", "clm"):
+        module, examples = importance_case(objective)
+        ref = brute_force_importance(module, examples)
+        assert (ref > 0).all()
+        for size in (1, 4, 16):
+            imp = head_importance(module, split(examples, size), loss_fn, normalize=False)
+            assert torch.allclose(imp, ref, rtol=1e-4, atol=1e-7), (objective, size, imp, ref)
+            normed = head_importance(module, split(examples, size), loss_fn)
+            assert torch.allclose(normed, ref / ref.norm(dim=-1, keepdim=True), rtol=1e-4, atol=1e-6)
+        assert all(p.grad is None for p in module.parameters())
+        assert not any(layer.head_gate.requires_grad or layer.out_proj._forward_pre_hooks
+                       for layer in module.attention_layers())
+
+
+def test_importance_with_a_gated_off_head():
+    """A pruned head (gate 0) gets 0; the others get their per-example gradients at the current gates."""
+    module, examples = importance_case("classification")
+    module.attention_layers()[0].head_gate[2] = 0.0
+    ref = brute_force_importance(module, examples)
+    imp = head_importance(module, split(examples, 4), lambda m, b: m.loss_and_logits(b)[0], normalize=False)
+    assert imp[0, 2] == 0 and ref[0, 2] > 0  # the derivative at gate 0 is not 0, but the head is gone
+    ref[0, 2] = 0
+    assert torch.allclose(imp, ref, rtol=1e-4, atol=1e-7)
