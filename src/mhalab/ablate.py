@@ -6,7 +6,8 @@ For a checkpoint written by `mhalab.train` (loaded with `mhalab.checkpoint.load_
    for every head, two ways: *zero* ablation (its `head_gate` set to 0, so its output is exactly 0) and *mean*
    ablation (its output replaced by its mean over the evaluation tokens, through a forward pre-hook on `out_proj`,
    whose input is the concatenation of the gated heads);
-2. head importance I_h = E |dL / d gate_h| (Michel et al. 2019, normalised per layer) and its ranking;
+2. head importance I_h = mean over examples of |dL(x) / d gate_h| (Michel et al. 2019, normalised per layer;
+   docs/definitions.md#head-importance) and its ranking;
 3. iterative pruning (Michel et al. 2019): remove the least important `--step` (10%) of all heads, re-estimate the
    importance of the remaining heads, repeat until every head is gone; accuracy / loss vs fraction pruned.
 

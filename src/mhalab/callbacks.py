@@ -4,7 +4,8 @@ Every `every_n_steps` optimizer steps and at each validation end, one extra no-g
 attention weights (the math path; training keeps the fast sdpa backend) and logs, for every layer l and head h,
 `attn/L{l}H{h}/{stat}`, plus per-layer summaries `attn/L{l}/{stat}_mean` and the GQA group similarity
 `attn/L{l}/within_group_jsd` / `between_group_jsd`. At the end of training it computes head importance (Michel et al.
-2019) and draws the pictures into <run_dir>/plots (logged to wandb as images too).
+2019) and draws the pictures into <run_dir>/plots (logged to wandb as images too). Definitions of every statistic:
+docs/definitions.md#per-head-statistics.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Per-head attention statistics (REFERENCE.md section 3): pure tensor functions, torch only.
+"""Per-head attention statistics (docs/definitions.md#per-head-statistics): pure tensor functions, torch only.
 
 Conventions: `weights` is (B, H, T, S) with each row summing to 1 over its valid keys; `key_padding_mask` is
 (B, S) bool with True = padding (PyTorch convention). For self-attention (T == S) the padded positions are also
@@ -47,7 +47,7 @@ def _query_mean(x: Tensor, query_ok: Tensor) -> Tensor:
 def head_stats(weights: Tensor, key_padding_mask: Tensor | None = None, *, causal: bool = False) -> dict[str, Tensor]:
     """Per-head statistics of one layer's attention, each of shape (H,).
 
-    Averages over batch and valid query positions. Keys:
+    Averages over batch and valid query positions (docs/definitions.md#masks-and-averaging). Keys:
       entropy          -sum_j a ln a in nats (0 ln 0 = 0)
       entropy_norm     entropy / ln(n valid keys of the row), in [0, 1]; defined as 0 for a row with one valid key
       confidence       max_j a[i, j]
@@ -97,7 +97,8 @@ def head_stats(weights: Tensor, key_padding_mask: Tensor | None = None, *, causa
 def head_similarity(weights: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
     """Mean Jensen-Shannon divergence (nats, in [0, ln 2]) between every pair of heads' rows -> (H, H).
 
-    Averaged over batch and valid queries (as in head_stats); symmetric with a zero diagonal.
+    Definition: docs/definitions.md#head-similarity. Averaged over batch and valid queries (as in head_stats);
+    symmetric with a zero diagonal.
     Memory: one (B, H, T, S) temporary per head, looping over heads.
     """
     if weights.dim() != 4:
@@ -154,11 +155,11 @@ def _predicted_counts(batch, n_examples: int, device: torch.device) -> Tensor:
 def head_importance(model, batches, loss_fn, normalize: bool = True) -> Tensor:
     """Head importance I_h = mean over examples x of |dL(x) / d head_gate_h| (Michel et al. 2019) -> (L, H).
 
-    The absolute value is taken per example and the mean runs over every example of every batch, so the result
-    does not depend on how the examples are batched. The loss of one example, L(x), is its mean loss over its own
-    predicted items: a classifier example's loss; for a language model the mean over the example's tokens whose
-    label is not -100 (Michel et al.'s code instead takes |.| per token). An example with no predicted item
-    contributes nothing and is not counted; a batch with none is skipped.
+    Definition: docs/definitions.md#head-importance. The absolute value is taken per example and the mean runs
+    over every example of every batch, so the result does not depend on how the examples are batched. The loss of
+    one example, L(x), is its mean loss over its own predicted items: a classifier example's loss; for a language
+    model the mean over the example's tokens whose label is not -100 (Michel et al.'s code instead takes |.| per
+    token). An example with no predicted item contributes nothing and is not counted; a batch with none is skipped.
 
     Contract: `loss_fn(model, batch)` returns the batch's MEAN loss, the sum of the per-item losses over the number
     of predicted items in the batch (as `F.cross_entropy(..., ignore_index=-100)`); `batch` is a dict of tensors
