@@ -180,7 +180,7 @@ def test_gate_gradient_is_reachable():
     assert "head_gate" in attn.state_dict() and "head_gate" not in dict(attn.named_parameters())
 
 
-# ---- shared/REFERENCE.md section 2: "I love machine learning" ----
+# ---- docs/definitions.md#worked-example: "I love machine learning" ----
 X = torch.tensor([[1, 0, 1, 0], [0, 1, 1, 0], [1, 1, 0, 1], [0, 1, 0, 1]], dtype=torch.float32)
 
 

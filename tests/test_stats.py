@@ -10,8 +10,7 @@ from mhalab.stats import (
     head_similarity,
     head_stats,
     kv_group_similarity,
-    layer_head_matrix,
-    stats_table,
+    layer_stats,
 )
 
 
@@ -162,10 +161,11 @@ class FakeAttention(nn.Module):
     def __init__(self, n_heads):
         super().__init__()
         self.register_buffer("head_gate", torch.ones(n_heads))
+        self.out_proj = nn.Identity()  # its input is the gated head outputs, one feature per head
 
 
 class FakeModel(nn.Module):
-    """Two layers of 3 heads; head h of layer l outputs gate[l, h] * x[:, h], combined with weights v[l, h]."""
+    """Two layers of 3 heads; example x's loss is sum over l, h of v[l, h] * gate[l, h] * x[h]."""
 
     def __init__(self, v):
         super().__init__()
@@ -175,24 +175,48 @@ class FakeModel(nn.Module):
     def attention_layers(self):
         return list(self.layers)
 
-    def forward(self, x):  # (N, 3) -> scalar
-        return sum((self.v[l] * layer.head_gate * x).sum() for l, layer in enumerate(self.layers))
+    def forward(self, x):  # (N, 3) -> per-example losses (N,)
+        return sum((self.v[l] * layer.out_proj(layer.head_gate * x)).sum(-1) for l, layer in enumerate(self.layers))
 
 
-def loss_fn(model, batch):
-    return model(batch)
+def loss_fn(model, batch):  # the batch's mean loss over the examples whose label is not -100
+    return model(batch["x"])[batch["labels"] != -100].mean()
 
 
-# dL/dgate[l, h] = v[l, h] * x[:, h].sum(): batch sums are +2 and -4 per head, so E|grad| = 3 |v|
-BATCHES = [torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]), torch.tensor([[-4.0, -4.0, -4.0]])]
+def fake_batch(rows, labels):
+    return {"x": torch.tensor(rows, dtype=torch.float32), "labels": torch.tensor(labels)}
+
+
+# dL(x)/dgate[l, h] = v[l, h] x[h]. The counted examples are 1, 1 and -4 in every feature (the one labelled -100
+# and the all-ignored batch are left out), so I = mean |v x| = 2 |v|. (The old per-batch mean gave 2.5 |v|.)
+BATCHES = [fake_batch([[1.0] * 3, [1.0] * 3], [0, 0]), fake_batch([[-4.0] * 3, [7.0] * 3], [0, -100]),
+           fake_batch([[9.0] * 3], [-100])]
 
 
 def test_head_importance_linear():
     model = FakeModel([[3.0, 0.0, -4.0], [0.0, 0.0, 0.0]])
     imp = head_importance(model, BATCHES, loss_fn, normalize=False)
-    assert close(imp, [[9.0, 0.0, 12.0], [0.0, 0.0, 0.0]])  # head (0, 1) contributes nothing -> 0
+    assert close(imp, [[6.0, 0.0, 8.0], [0.0, 0.0, 0.0]])  # head (0, 1) contributes nothing -> 0
     assert all(not layer.head_gate.requires_grad for layer in model.layers)
+    assert all(not layer.out_proj._forward_pre_hooks for layer in model.layers)
     assert model.v.grad is None
+
+
+def test_head_importance_is_per_example_whatever_the_batching():
+    model = FakeModel([[3.0, 1.0, -4.0], [0.5, 2.0, -1.0]])
+    rows = [[1.0, -2.0, 0.5], [-3.0, 1.0, 2.0], [0.5, 0.5, -1.0], [2.0, -1.0, -2.0]]
+    one = head_importance(model, [fake_batch(rows, [0] * 4)], loss_fn, normalize=False)
+    singles = head_importance(model, [fake_batch([r], [0]) for r in rows], loss_fn, normalize=False)
+    expected = model.v.detach().abs() * torch.tensor(rows).abs().mean(0)  # mean |v x| over the four examples
+    assert close(one, expected) and close(singles, expected)
+
+
+def test_head_importance_of_a_gated_off_head_is_zero():
+    model = FakeModel([[3.0, 1.0, -4.0], [0.5, 2.0, -1.0]])
+    model.layers[0].head_gate[1] = 0.0
+    imp = head_importance(model, BATCHES, loss_fn, normalize=False)
+    assert close(imp, [[6.0, 0.0, 8.0], [1.0, 4.0, 2.0]])
+    assert torch.equal(model.layers[0].head_gate, torch.tensor([1.0, 0.0, 1.0]))
 
 
 def test_head_importance_normalized():
@@ -204,26 +228,34 @@ def test_head_importance_normalized():
     assert torch.equal(zero, torch.zeros(2, 3))
 
 
+def test_head_importance_needs_a_predicted_example():
+    with pytest.raises(ValueError, match="at least one example"):
+        head_importance(FakeModel(torch.ones(2, 3)), [fake_batch([[1.0] * 3], [-100])], loss_fn)
+
+
 def test_head_importance_restores_on_error():
     model = FakeModel(torch.ones(2, 3))
 
     def bad_loss(model, batch):
+        model(batch["x"])
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError):
         head_importance(model, BATCHES, bad_loss)
     assert all(not layer.head_gate.requires_grad for layer in model.layers)
+    assert all(not layer.out_proj._forward_pre_hooks for layer in model.layers)
 
 
 # ---------------------------------------------------------------- tables
 
 
-def test_stats_table_round_trip():
-    per_layer = [{"entropy": torch.tensor([1.0, 2.0]), "self": torch.tensor([0.1, 0.2])},
-                 {"entropy": torch.tensor([3.0, 4.0]), "self": torch.tensor([0.3, 0.4])}]
-    table = stats_table(per_layer)
-    assert list(table) == ["L0H0", "L0H1", "L1H0", "L1H1"]
-    assert table["L1H0"] == pytest.approx({"entropy": 3.0, "self": 0.3})
-    assert torch.equal(layer_head_matrix(table, "entropy"), torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
-    with pytest.raises(KeyError):
-        layer_head_matrix(table, "importance")
+def test_layer_stats_are_layer_by_head_matrices_matching_head_stats():
+    torch.manual_seed(0)
+    weights = [torch.softmax(torch.randn(2, 4, 6, 6), -1) for _ in range(3)]  # 3 layers x (B, H, T, T)
+    pad = torch.zeros(2, 6, dtype=torch.bool)
+    pad[1, 4:] = True
+    stats, groups = layer_stats(weights, pad, causal=False, n_kv_heads=2)
+    assert set(stats) == set(STAT_NAMES) and all(v.shape == (3, 4) for v in stats.values())
+    for layer, w in enumerate(weights):
+        assert torch.allclose(stats["entropy"][layer], head_stats(w, pad)["entropy"])
+    assert groups["within_group_jsd"].shape == (3,) and groups["between_group_jsd"].shape == (3,)

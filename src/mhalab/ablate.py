@@ -6,7 +6,8 @@ so no head is judged on the data that ranked it:
 
 1. single-head ablation: the change of every metric when one head is removed, *zero* (its `head_gate` set to 0)
    and *mean* (its output replaced by its mean over the evaluation tokens, through a pre-hook on `out_proj`);
-2. head importance (Michel et al. 2019: mean over examples of |dL(x)/d gate|, normalised per layer) and its rank;
+2. head importance (Michel et al. 2019: mean over examples of |dL(x)/d gate|, normalised per layer;
+   docs/definitions.md#head-importance) and its rank;
 3. pruning curves: remove `--step` (10%) of all heads at a time, (a) least important first with importance
    re-estimated on the remaining heads after every step (Michel's iterative pruning), (b) in `--random-orders`
    random orders, the baseline a ranking has to beat.

@@ -5,6 +5,7 @@
 
 n_kv_heads = n_heads is MHA, 1 is MQA, any other divisor is GQA (contiguous groups, as in HF `repeat_kv`).
 d_head is free (Bhojanapalli et al. 2020); d_model // n_heads is only the default.
+Definitions: docs/definitions.md#the-attention-layer.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Benchmarks that put numbers on the cost claims of REFERENCE.md section 4, on the machine at hand.
+"""Benchmarks that put numbers on the cost claims of docs/definitions.md#cost-model, on the machine at hand.
 
     python -m mhalab.bench complexity [key=value ...]   # conf/bench/complexity.yaml
     python -m mhalab.bench train      [key=value ...]   # conf/bench/train.yaml

@@ -1,7 +1,8 @@
 """Every Lightning callback mhalab adds to a run.
 
 - `HeadStatsCallback`: per-head attention statistics on a fixed probe batch while training; importance and pictures
-  at the end (configured by the `stats` node, `_target_` in conf/callbacks/default.yaml).
+  at the end (configured by the `stats` node, `_target_` in conf/callbacks/default.yaml). Definitions of every
+  statistic: docs/definitions.md#per-head-statistics.
 - `ProgressLog`: a log line every n steps when there is no progress bar to watch (files, nohup, SLURM).
 - `LastCheckpoint`: `checkpoints/last.ckpt` at every checkpoint event, every n steps and on demand.
 - `StepSeed`: every random draw of a training step comes from (seed, step), never from what ran before.

@@ -1,6 +1,6 @@
 """Closed-form cost of the attention layer and the encoder: parameters, forward FLOPs, KV-cache bytes.
 
-Conventions (shared/REFERENCE.md section 4): one sequence of n tokens, forward pass, a multiply-add = 2 FLOPs,
+Conventions (docs/definitions.md#cost-model): one sequence of n tokens, forward pass, a multiply-add = 2 FLOPs,
 matmuls only (bias adds, softmax, norms and GELU are not counted, as torch's FlopCounterMode does not count them).
 The one place these numbers come from: training logs, MFU and the benchmarks all call it.
 """

@@ -1,4 +1,4 @@
-"""Per-head attention statistics (REFERENCE.md section 3): pure tensor functions, torch only.
+"""Per-head attention statistics (docs/definitions.md#per-head-statistics): pure tensor functions, torch only.
 
 Conventions: `weights` is (B, H, T, S) with each row summing to 1 over its valid keys; `key_padding_mask` is
 (B, S) bool with True = padding (PyTorch convention). For self-attention (T == S) the padded positions are also
@@ -6,6 +6,7 @@ padding queries and are left out of every average. Everything is computed in flo
 """
 
 import math
+from collections.abc import Mapping
 
 import torch
 from torch import Tensor
@@ -46,7 +47,7 @@ def _query_mean(x: Tensor, query_ok: Tensor) -> Tensor:
 def head_stats(weights: Tensor, key_padding_mask: Tensor | None = None, *, causal: bool = False) -> dict[str, Tensor]:
     """Per-head statistics of one layer's attention, each of shape (H,).
 
-    Averages over batch and valid query positions. Keys:
+    Averages over batch and valid query positions (docs/definitions.md#masks-and-averaging). Keys:
       entropy          -sum_j a ln a in nats (0 ln 0 = 0)
       entropy_norm     entropy / ln(n valid keys of the row), in [0, 1]; defined as 0 for a row with one valid key
       confidence       max_j a[i, j]
@@ -96,7 +97,8 @@ def head_stats(weights: Tensor, key_padding_mask: Tensor | None = None, *, causa
 def head_similarity(weights: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
     """Mean Jensen-Shannon divergence (nats, in [0, ln 2]) between every pair of heads' rows -> (H, H).
 
-    Averaged over batch and valid queries (as in head_stats); symmetric with a zero diagonal.
+    Definition: docs/definitions.md#head-similarity. Averaged over batch and valid queries (as in head_stats);
+    symmetric with a zero diagonal.
     Memory: one (B, H, T, S) temporary per head, looping over heads.
     """
     if weights.dim() != 4:
@@ -141,37 +143,106 @@ def kv_group_similarity(similarity: Tensor, n_kv_heads: int) -> dict:
     }
 
 
-def head_importance(model, batches, loss_fn, normalize: bool = True) -> Tensor:
-    """Head importance I_h = E_batches |dL / d head_gate_h| (Michel et al. 2019) -> (n_layers, n_heads).
+def _predicted_counts(batch, n_examples: int, device: torch.device) -> Tensor:
+    """Predicted items (labels other than -100) of each example of a batch -> (B,) float32; 1 each without labels."""
+    labels = batch.get("labels") if isinstance(batch, Mapping) else None
+    if labels is None:
+        return torch.ones(n_examples, device=device)
+    return (labels != -100).reshape(labels.shape[0], -1).sum(1).to(device=device, dtype=torch.float32)
 
-    `model.attention_layers()` lists the attention modules in layer order, each with a `head_gate` buffer of ones
-    (n_heads,); `loss_fn(model, batch)` returns a scalar loss. Uses autograd.grad, so parameters' .grad is left
-    untouched; the gates get requires_grad only while this runs. With `normalize`, each layer is divided by its
-    l2 norm over heads (an all-zero layer stays zero). Train/eval mode is the caller's choice (eval: no dropout).
+
+def head_importance(model, batches, loss_fn, normalize: bool = True) -> Tensor:
+    """Head importance I_h = mean over examples x of |dL(x) / d head_gate_h| (Michel et al. 2019) -> (L, H).
+
+    Definition: docs/definitions.md#head-importance. The absolute value is taken per example and the mean runs
+    over every example of every batch, so the result does not depend on how the examples are batched. The loss of
+    one example, L(x), is its mean loss over its own predicted items: a classifier example's loss; for a language
+    model the mean over the example's tokens whose label is not -100 (Michel et al.'s code instead takes |.| per
+    token). An example with no predicted item contributes nothing and is not counted; a batch with none is skipped.
+
+    Contract: `loss_fn(model, batch)` returns the batch's MEAN loss, the sum of the per-item losses over the number
+    of predicted items in the batch (as `F.cross_entropy(..., ignore_index=-100)`); `batch` is a dict of tensors
+    with a leading batch dimension whose "labels" ((B,) or (B, T), -100 = ignored) mark the predicted items
+    (without "labels" each example counts as one item); examples do not interact in the forward pass (no batch
+    norm). `model.attention_layers()` lists the attention modules in layer order, each with a `head_gate` buffer
+    (n_heads,) and an `out_proj` whose input is the gated head outputs concatenated head by head (B, ..., H * D).
+
+    Method, one forward and one backward per batch: with z_h = g_h y_h the out_proj input of head h (gate g_h,
+    head output y_h), dL(x)/dg_h = sum over x's positions of <dL(x)/dz_h, y_h>. A forward pre-hook keeps z; since
+    examples do not interact, example x's slice of d(batch mean)/dz is (n_x / N) dL(x)/dz (n_x: x's predicted
+    items, N: the batch's), so g_h dL(x)/dg_h = (N / n_x) sum <d(batch mean)/dz_h, z_h>. This is exact (the tests
+    check it against one autograd.grad per example). At g_h = 1, as in the definition, it is dL(x)/dg_h; a
+    gated-off head (g_h = 0, e.g. pruned) gets 0, as in Michel et al.'s code, which differentiates with respect to
+    the masked head's output.
+
+    Uses autograd.grad, so parameters' .grad is left untouched; the gates get requires_grad only while this runs
+    (so the graph reaches the heads even in a frozen model) and the hooks are removed, even on error. With
+    `normalize`, each layer is divided by its l2 norm over heads (an all-zero layer stays zero); a head with no
+    output path gets 0. Train/eval mode is the caller's choice (eval: no dropout).
     """
-    gates = [layer.head_gate for layer in model.attention_layers()]
-    if not gates:
+    layers = list(model.attention_layers())
+    if not layers:
         raise ValueError("model.attention_layers() returned no layers")
-    total, n = None, 0
+    gates = [layer.head_gate for layer in layers]
+    seen: list[list[Tensor]] = [[] for _ in layers]  # out_proj inputs of the current batch, per layer
+
+    def keep(i: int):
+        def hook(module, args):
+            seen[i].append(args[0])
+        return hook
+
+    H = gates[0].numel()
+    if any(g.numel() != H for g in gates):
+        raise ValueError(f"every layer must have the same number of heads, got {[g.numel() for g in gates]}")
+    total = torch.zeros(len(layers), H, device=gates[0].device)  # (L, H)
+    n_examples = 0
+    handles, was = [], [g.requires_grad for g in gates]
     try:
         for g in gates:
             g.requires_grad_(True)
+        handles = [layer.out_proj.register_forward_pre_hook(keep(i)) for i, layer in enumerate(layers)]
         with torch.enable_grad():
             for batch in batches:
+                labels = batch.get("labels") if isinstance(batch, Mapping) else None
+                if labels is not None and not (labels != -100).any():
+                    continue  # nothing predicted: the batch's mean loss is undefined
+                for s in seen:
+                    s.clear()
                 loss = loss_fn(model, batch)
-                grads = torch.autograd.grad(loss, gates, allow_unused=True)
-                step = torch.stack([
-                    torch.zeros_like(g, dtype=torch.float32) if d is None else d.detach().float().abs()
-                    for g, d in zip(gates, grads)
-                ])  # (L, H)
-                total = step if total is None else total + step
-                n += 1
+                zs = [z for s in seen for z in s]
+                if not zs:
+                    raise ValueError("loss_fn did not run any attention layer's out_proj")
+                dzs = torch.autograd.grad(loss, zs, allow_unused=True)
+                B = zs[0].shape[0]
+                counts = _predicted_counts(batch, B, total.device)  # (B,)
+                if counts.shape[0] != B:
+                    raise ValueError(f"labels hold {counts.shape[0]} examples but out_proj saw a batch of {B}")
+                valid = counts > 0
+                scale = torch.where(valid, counts.sum() / counts.clamp_min(1.0), torch.zeros_like(counts))  # N / n_x
+                it = iter(dzs)
+                for i, s in enumerate(seen):
+                    per_example = torch.zeros(B, H, device=total.device)  # (B, H): g_h dL(x)/dg_h
+                    for z in s:
+                        dz = next(it)
+                        if dz is None:
+                            continue
+                        if z.shape[0] != B or z.shape[-1] % H:
+                            raise ValueError(f"out_proj input of shape {tuple(z.shape)}: expected (B={B}, ..., "
+                                             f"n_heads * d_head) with n_heads={H}")
+                        prod = (dz.detach().float() * z.detach().float()).reshape(B, -1, H, z.shape[-1] // H)
+                        per_example += prod.sum(dim=(1, 3)).to(total.device)  # (B, H)
+                    total[i] += (per_example * scale[:, None]).abs()[valid].sum(0)
+                n_examples += int(valid.sum())
     finally:
-        for g in gates:
-            g.requires_grad_(False)
-    if n == 0:
-        raise ValueError("head_importance needs at least one batch")
-    imp = total / n  # (L, H)
+        for h in handles:
+            h.remove()
+        for s in seen:
+            s.clear()
+        for g, w in zip(gates, was):
+            g.requires_grad_(w)
+    if n_examples == 0:
+        raise ValueError("head_importance needs at least one example with a predicted item")
+    imp = total / n_examples  # (L, H)
     if normalize:
         imp = imp / imp.norm(dim=-1, keepdim=True).clamp_min(1e-12)
     return imp
