@@ -40,10 +40,15 @@ def new_run_id() -> str:
 
 
 def run_id() -> str:
-    """This process's run id (made on first use)."""
+    """The current command's run id (made on first use; `new_command()` starts another)."""
     if not _RUN_ID:
         _RUN_ID.append(new_run_id())
     return _RUN_ID[0]
+
+
+def new_command() -> None:
+    """Forget the run id: the next `run_id()` is a new one (each `mhalab train` command gets its own)."""
+    _RUN_ID.clear()
 
 
 def register_resolvers() -> None:

@@ -28,8 +28,8 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from mhalab.errors import ConfigError
-from mhalab.runs import (LAST, Finished, RunLock, preflight, register_resolvers, remove_stale_temporaries,
-                         run_status, validate)
+from mhalab.runs import (LAST, Finished, RunLock, new_command, preflight, register_resolvers,
+                         remove_stale_temporaries, run_status, validate)
 from mhalab.schema import register
 from mhalab.summary import RunSummary, read_summary, write_summary
 
@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     register()
     register_resolvers()
+    new_command()
     try:
         plan = preflight(argv)
     except ConfigError as e:
@@ -199,6 +200,8 @@ def train(tc, run_dir: Path, overrides: list[str]) -> RunSummary:
               file=sys.stderr)
         _write_failure(run_dir, base, trainer, "failed", "nan", str(e))
         raise _Stop(1) from None
+    except ConfigError:
+        raise
     except OSError as e:  # disk full, unwritable directory, file too large
         print(f"error: could not write {e.filename or 'a file'} ({e.strerror or e}); free space or set "
               "paths.log_dir (runs) or paths.cache_dir (data) to a writable directory with room", file=sys.stderr)
@@ -207,6 +210,9 @@ def train(tc, run_dir: Path, overrides: list[str]) -> RunSummary:
         except OSError:
             pass
         raise _Stop(1) from None
+    except Exception as e:  # a bug: record it beside whatever the run got to, then show the traceback
+        _write_failure(run_dir, base, trainer, "failed", "error", f"{type(e).__name__}: {e}")
+        raise
     finally:
         stop.uninstall()
 

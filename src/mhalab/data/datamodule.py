@@ -142,12 +142,12 @@ class TextDataModule(L.LightningDataModule):
 
         train, val = self.datasets["train"], self.datasets["validation"]
         if self.objective == "classification":
-            return classification_levels(train["label"].tolist(), val["label"].tolist(), self.n_classes)
+            return classification_levels(list(train["label"]), list(val["label"]), self.n_classes)
         if self.token_bytes is None:
             return {}
 
         def tokens(ds):  # every non-special token of a split, as one array
-            ids = np.concatenate([row.numpy() for row in ds["input_ids"]]) if len(ds) else np.zeros(0, np.int64)
+            ids = np.concatenate([np.asarray(row) for row in ds["input_ids"]]) if len(ds) else np.zeros(0, np.int64)
             return ids[ids >= self._tok.n_special]
 
         return unigram_levels(tokens(train), tokens(val), self.vocab_size, self.token_bytes.numpy())
