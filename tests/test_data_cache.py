@@ -1,0 +1,87 @@
+"""The tokenized-data cache cannot lie: its key follows every setting and the sources' content.
+
+Tiny data throughout: a 40-row CSV through data.path (or a 5-file fake BBC corpus for the key).
+"""
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mhalab.data import DataConfig, bbc_news, build_datamodule, preprocessing
+
+def write_csv(path: Path, word: str = "headline", n: int = 40) -> str:
+    pd.DataFrame([{"text": f"{word} number {i} about topic {i % 4}", "label": i % 4} for i in range(n)]).to_csv(
+        path, index=False
+    )
+    return str(path)
+
+
+@pytest.fixture
+def csv(tmp_path) -> str:
+    return write_csv(tmp_path / "news.csv")
+
+
+def config(tmp_path, csv, **overrides) -> DataConfig:
+    return DataConfig.from_any({"task": "ag_news", "path": csv, "cache_dir": str(tmp_path / "cache"), "max_len": 32,
+                                **overrides})
+
+
+def ids(cfg: DataConfig) -> dict[str, list[list[int]]]:
+    """Every split's token ids, read the way training reads them (through the data module)."""
+    dm = build_datamodule(cfg)
+    dm.prepare_data()
+    dm.setup()
+    return {split: [x.tolist() for x in ds["input_ids"]] for split, ds in dm.datasets.items()}
+
+
+# -- the key ---------------------------------------------------------------------------------------------
+def test_key_holds_every_field_but_the_loader_only_ones(tmp_path, csv):
+    names = {f.name for f in dataclasses.fields(DataConfig)}
+    assert preprocessing.LOADER_ONLY < names
+    cfg = config(tmp_path, csv)
+    assert set(preprocessing.key_parts(cfg)["settings"]) == names - preprocessing.LOADER_ONLY
+    loader_only = {"batch_size": 7, "num_workers": 3, "mlm_probability": 0.3, "hf_cache_dir": str(tmp_path / "hf")}
+    assert preprocessing.cache_key(config(tmp_path, csv, **loader_only)) == preprocessing.cache_key(cfg)
+    assert preprocessing.cache_key(config(tmp_path, csv, limit=5)) != preprocessing.cache_key(cfg)
+
+    @dataclasses.dataclass
+    class Later(DataConfig):  # a field added to DataConfig later is in the key without touching the cache code
+        new_setting: int = 1
+
+    base = {"task": "ag_news", "path": csv, "cache_dir": str(tmp_path / "cache")}
+    assert preprocessing.cache_key(Later.from_any({**base, "new_setting": 2})) != \
+        preprocessing.cache_key(Later.from_any(base))
+
+
+def test_key_follows_the_bbc_corpus_content(tmp_path, monkeypatch):
+    root = tmp_path / "corpus"
+    for topic in bbc_news.LABEL_NAMES:
+        (root / topic).mkdir(parents=True)
+        (root / topic / "001.txt").write_text(f"an article about {topic}")
+    monkeypatch.setattr(bbc_news, "corpus_dir", lambda: root)
+    cfg = DataConfig.from_any({"task": "bbc_news", "cache_dir": str(tmp_path / "cache")})
+    before = preprocessing.cache_key(cfg)
+    (root / "tech" / "001.txt").write_text("an article about hech")
+    assert preprocessing.cache_key(cfg) != before
+
+
+def test_hub_task_key_names_repo_and_config(tmp_path):
+    cfg = DataConfig.from_any({"task": "wikitext2", "cache_dir": str(tmp_path)})
+    task = preprocessing.key_parts(cfg)["task"]
+    assert (task["hub_repo"], task["hub_config"]) == ("Salesforce/wikitext", "wikitext-2-raw-v1")
+
+
+def test_edit_keeping_size_and_mtime_gives_new_key_and_fresh_data(tmp_path, csv):
+    cfg = config(tmp_path, csv)
+    old_folder, old_ids = preprocessing.cache_path(cfg), ids(cfg)
+    st = os.stat(csv)
+    write_csv(Path(csv), word="HEADLINE")  # same length
+    os.utime(csv, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (os.stat(csv).st_size, os.stat(csv).st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    assert preprocessing.cache_path(cfg) != old_folder
+    new_ids = ids(cfg)
+    first = bytes(i - 5 for i in new_ids["test"][0][1:]).decode()
+    assert first.startswith("HEADLINE") and new_ids != old_ids
