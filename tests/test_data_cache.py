@@ -1,16 +1,22 @@
-"""The tokenized-data cache cannot lie: its key follows every setting and the sources' content.
+"""The tokenized-data cache cannot lie: content keys, a checked manifest and rebuilds.
 
 Tiny data throughout: a 40-row CSV through data.path (or a 5-file fake BBC corpus for the key).
 """
 
 import dataclasses
+import logging
 import os
+import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from mhalab.data import DataConfig, bbc_news, build_datamodule, preprocessing
+from mhalab.data import DataConfig, bbc_news, build_datamodule, cache, preprocessing
+
+ARROW = "dataset/train/data-00000-of-00001.arrow"
+
 
 def write_csv(path: Path, word: str = "headline", n: int = 40) -> str:
     pd.DataFrame([{"text": f"{word} number {i} about topic {i % 4}", "label": i % 4} for i in range(n)]).to_csv(
@@ -35,6 +41,14 @@ def ids(cfg: DataConfig) -> dict[str, list[list[int]]]:
     dm.prepare_data()
     dm.setup()
     return {split: [x.tolist() for x in ds["input_ids"]] for split, ds in dm.datasets.items()}
+
+
+def tmp_folders(cfg: DataConfig) -> list[str]:
+    return sorted(p.name for p in (Path(cfg.cache_dir) / "mhalab_data").glob("*.tmp-*"))
+
+
+def warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == cache.__name__ and r.levelno == logging.WARNING]
 
 
 # -- the key ---------------------------------------------------------------------------------------------
@@ -85,3 +99,68 @@ def test_edit_keeping_size_and_mtime_gives_new_key_and_fresh_data(tmp_path, csv)
     new_ids = ids(cfg)
     first = bytes(i - 5 for i in new_ids["test"][0][1:]).decode()
     assert first.startswith("HEADLINE") and new_ids != old_ids
+
+
+# -- damage is found and repaired ------------------------------------------------------------------------
+def flip_an_id(folder: Path) -> None:
+    """Flip the low bit of one token id inside the train arrow file (a silent change of the data)."""
+    arrow = folder / ARROW
+    raw = bytearray(arrow.read_bytes())
+    from datasets import load_from_disk
+
+    first = load_from_disk(str(folder / "dataset"))["train"][0]["input_ids"]
+    at = bytes(raw).find(np.asarray(first[:4], dtype=np.int32).tobytes())
+    assert at > 0
+    raw[at + 4] ^= 1
+    arrow.write_bytes(bytes(raw))
+
+
+DAMAGE = {
+    "truncated arrow": (lambda f: (f / ARROW).write_bytes((f / ARROW).read_bytes()[:500]),
+                        f"{ARROW} has 500 bytes instead of"),
+    "flipped id": (flip_an_id, f"{ARROW} does not match its sha256"),
+    "missing manifest": (lambda f: (f / "manifest.json").unlink(), "manifest.json is missing"),
+    "unreadable manifest": (lambda f: (f / "manifest.json").write_text('{"key": '), "manifest.json is unreadable"),
+    "missing meta": (lambda f: (f / "meta.json").unlink(), "meta.json is missing"),
+    "missing dataset": (lambda f: shutil.rmtree(f / "dataset"), "dataset/ is missing"),
+    "missing state": (lambda f: (f / "dataset/validation/state.json").unlink(),
+                      "dataset/validation/state.json is missing"),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_damage_is_logged_once_and_rebuilt_to_the_same_ids(damage, tmp_path, csv, caplog):
+    cfg = config(tmp_path, csv)
+    fresh = ids(cfg)
+    folder = preprocessing.cache_path(cfg)
+    harm, reason = DAMAGE[damage]
+    harm(folder)
+    with caplog.at_level(logging.WARNING, logger=cache.__name__):
+        assert ids(cfg) == fresh
+        (message,) = warnings(caplog)
+        assert message.startswith(f"data cache {folder} is damaged ({reason}") and message.endswith("); rebuilding it")
+        caplog.clear()
+        assert ids(cfg) == fresh and warnings(caplog) == []  # repaired for good
+    assert cache.problem(folder, preprocessing.key_parts(cfg)) is None
+    assert tmp_folders(cfg) == []
+
+
+def test_swapped_tokenizer_is_rebuilt(tmp_path, csv, caplog):
+    cfg = config(tmp_path, csv, tokenizer="bpe", vocab_size=300)
+    fresh = ids(cfg)
+    other = config(tmp_path, csv, tokenizer="bpe", vocab_size=280)
+    preprocessing.prepare(other)
+    folder = preprocessing.cache_path(cfg)
+    shutil.copy(preprocessing.cache_path(other) / "tokenizer.json", folder / "tokenizer.json")
+    with caplog.at_level(logging.WARNING, logger=cache.__name__):
+        dm = build_datamodule(cfg)
+        dm.setup()
+    assert len(warnings(caplog)) == 1 and "(tokenizer.json " in warnings(caplog)[0]
+    assert dm.vocab_size == 300 and {s: [x.tolist() for x in d["input_ids"]] for s, d in dm.datasets.items()} == fresh
+
+
+def test_load_cached_refuses_another_configs_folder(tmp_path, csv):
+    cfg = config(tmp_path, csv)
+    folder = preprocessing.prepare(config(tmp_path, csv, max_len=16))
+    with pytest.raises(ValueError, match="not the cache folder"):
+        preprocessing.load_cached(cfg, folder)

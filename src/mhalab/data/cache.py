@@ -1,16 +1,29 @@
-"""Cache folders that cannot lie: keys derived from content.
+"""Cache folders that cannot lie: content-derived keys and a checked manifest.
 
-``key(parts)`` hashes everything a cached folder's content depends on; ``file_digest`` and ``tree_digest``
-turn source files into such parts.
+A cache folder is written complete inside ``<folder>.tmp-<pid>/`` and renamed into place.  Its
+``manifest.json`` holds the full key and the size and sha256 of every file written; ``ensure`` checks
+all of them on every use.  A damaged folder (a file missing, cut short or changed, an unreadable
+manifest) is logged in one line and rebuilt.  Files added later (e.g. ``datasets``' own ``cache-*.arrow``
+files from a ``map``) are not part of the cache and are ignored.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import shutil
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+ABSENT = "absent"  # ``problem``'s answer for a folder that was never written (not damage)
+
+T = TypeVar("T")
 
 
 # -- keys ------------------------------------------------------------------------------------------------
@@ -35,3 +48,101 @@ def tree_digest(root: Path) -> str:
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         h.update(f"{path.relative_to(root).as_posix()}\0{file_digest(path)}\n".encode())
     return h.hexdigest()
+
+
+# -- manifest --------------------------------------------------------------------------------------------
+def _files(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
+
+
+def write_manifest(folder: Path, parts: Any) -> None:
+    """Record the key and the size and sha256 of every file now in ``folder``."""
+    files = {rel: {"size": (folder / rel).stat().st_size, "sha256": file_digest(folder / rel)}
+             for rel in _files(folder)}
+    manifest = {"key": key(parts), "made_from": parts, "files": files}
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+
+
+def problem(folder: Path, parts: Any, required: Iterable[str] = ()) -> str | None:
+    """None if ``folder`` holds an intact cache made from ``parts``; ``ABSENT`` if there is none; else what is wrong."""
+    if not folder.exists():
+        return ABSENT
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+        want, files = manifest["key"], manifest["files"]
+        sizes = {rel: int(entry["size"]) for rel, entry in files.items()}
+        digests = {rel: str(entry["sha256"]) for rel, entry in files.items()}
+    except FileNotFoundError:
+        return f"{MANIFEST} is missing"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        return f"{MANIFEST} is unreadable ({type(e).__name__})"
+    if want != key(parts):
+        return f"{MANIFEST} belongs to other settings"
+    for rel in required:
+        if rel not in files:
+            return f"{MANIFEST} does not list {rel}"
+    for rel, size in sizes.items():  # sizes first: cheap, and they catch cut-short files
+        path = folder / rel
+        if not path.is_file():
+            return f"{_missing_part(folder, rel)} is missing"
+        if path.stat().st_size != size:
+            return f"{rel} has {path.stat().st_size} bytes instead of {size}"
+    for rel, digest in digests.items():
+        try:
+            if file_digest(folder / rel) != digest:
+                return f"{rel} does not match its sha256"
+        except OSError as e:
+            return f"{rel} cannot be read ({e.strerror or e})"
+    return None
+
+
+def _missing_part(folder: Path, rel: str) -> str:
+    """The outermost missing piece of ``rel``: ``dataset/`` when the whole folder is gone."""
+    parts = Path(rel).parts
+    for i in range(1, len(parts)):
+        if not (folder / Path(*parts[:i])).is_dir():
+            return "/".join(parts[:i]) + "/"
+    return rel
+
+
+# -- building --------------------------------------------------------------------------------------------
+def ensure(
+    folder: Path,
+    parts: Any,
+    build: Callable[[Path], T],
+    save: Callable[[T, Path], None],
+    required: Iterable[str] = (),
+) -> Path:
+    """Return ``folder`` once it holds an intact cache made from ``parts``.
+
+    If it is absent or damaged, it is written anew: ``build(scratch)`` makes the content, using
+    ``scratch`` for any files it needs on the way, and ``save(content, out)`` writes it.  Both live in
+    ``<folder>.tmp-<pid>/``, which is removed whatever happens.
+    """
+    required = list(required)
+    reason = problem(folder, parts, required)
+    if reason is None:
+        return folder
+    if reason != ABSENT:
+        log.warning("data cache %s is damaged (%s); rebuilding it", folder, reason)
+    work = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
+    out = work / "out"
+    try:
+        _remove(work)
+        (work / "scratch").mkdir(parents=True)
+        content = build(work / "scratch")
+        out.mkdir()
+        save(content, out)
+        write_manifest(out, parts)
+        _remove(folder)
+        os.rename(out, folder)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # nothing half-written stays behind
+    return folder
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()

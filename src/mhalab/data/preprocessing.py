@@ -6,8 +6,8 @@ and the stream is cut into consecutive windows of ``max_len`` tokens (the last o
 Documents never cross splits because the splits are made on documents first.
 
 Cache layout: ``<cache_dir>/mhalab_data/<task>-<key>/`` with ``dataset/`` (``DatasetDict.save_to_disk``),
-``meta.json`` and, for BPE, ``tokenizer.json``.  The key hashes ``key_parts``.  It is written to a
-temporary folder and renamed, so a half-written cache is never read.
+``meta.json``, for BPE ``tokenizer.json``, and ``manifest.json``.  The key hashes ``key_parts``; how the
+folder is written, checked and rebuilt is ``mhalab.data.cache``'s business.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from mhalab.data.sources import load_raw
 from mhalab.data.tokenization import BpeTokenizer, ByteTokenizer, ListOpsTokenizer, Tokenizer
 from mhalab.errors import ConfigError
 
-CACHE_VERSION = 2  # bump when the processing below changes the token ids (2: content keys)
+CACHE_VERSION = 2  # bump when the processing below changes the token ids (2: content keys and manifest)
 # DataConfig fields read only by the loaders, never by ``build``; every other field, present or future, is in the key.
 LOADER_ONLY = frozenset({"batch_size", "num_workers", "mlm_probability", "cache_dir", "hf_cache_dir"})
 
@@ -64,7 +63,7 @@ def _digest_or_none(path: str) -> str | None:
 
 
 def cache_key(cfg: DataConfig) -> str:
-    """16 hex digits of the sha256 of ``key_parts``."""
+    """16 hex digits of the sha256 of ``key_parts`` (the manifest holds all 64 and is checked)."""
     return cache.key(key_parts(cfg))[:16]
 
 
@@ -149,32 +148,30 @@ def quiet_progress():
 
 
 def prepare(cfg: DataConfig) -> Path:
-    """Make sure the cache for ``cfg`` exists (build and write it if not); return its folder."""
-    folder = cache_path(cfg)
-    if (folder / "meta.json").exists():
-        return folder
-    with quiet_progress():
-        _write(cfg, folder)
-    return folder
-
-
-def _write(cfg: DataConfig, folder: Path) -> None:
-    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    data, tok, meta = build(cfg, tmp / "scratch")
-    shutil.rmtree(tmp / "scratch", ignore_errors=True)  # held in memory now
-    data.save_to_disk(str(tmp / "dataset"))
-    if isinstance(tok, BpeTokenizer):
-        tok.save(str(tmp / "tokenizer.json"))
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
-    try:
-        os.replace(tmp, folder)
-    except OSError:  # another process finished first: use its copy
-        shutil.rmtree(tmp, ignore_errors=True)
+    """The checked cache folder for ``cfg``, built (or rebuilt, if damaged) first when needed."""
+    return _ensure(cfg, key_parts(cfg))
 
 
 def load_cached(cfg: DataConfig, folder: Path) -> tuple[DatasetDict, Tokenizer, dict]:
-    """Read what ``prepare`` wrote."""
+    """Read what ``prepare`` wrote, after checking it against its manifest (rebuilding it if damaged)."""
+    parts = key_parts(cfg)
+    if Path(folder).resolve() != cache_path(cfg, parts).resolve():
+        raise ValueError(f"{folder} is not the cache folder of this data config ({cache_path(cfg, parts)}).")
+    folder = _ensure(cfg, parts)
     data = load_from_disk(str(folder / "dataset"))
     meta = json.loads((folder / "meta.json").read_text())
     return data, load_tokenizer(cfg, folder), meta
+
+
+def _ensure(cfg: DataConfig, parts: dict) -> Path:
+    required = ["meta.json", "dataset/dataset_dict.json"] + (["tokenizer.json"] if cfg.tokenizer == "bpe" else [])
+    with quiet_progress():
+        return cache.ensure(cache_path(cfg, parts), parts, lambda scratch: build(cfg, scratch), _save, required)
+
+
+def _save(built: tuple[DatasetDict, Tokenizer, dict], folder: Path) -> None:
+    data, tok, meta = built
+    data.save_to_disk(str(folder / "dataset"))
+    if isinstance(tok, BpeTokenizer):
+        tok.save(str(folder / "tokenizer.json"))
+    (folder / "meta.json").write_text(json.dumps(meta, indent=2))
