@@ -1,12 +1,16 @@
-"""The tokenized-data cache cannot lie: content keys, a checked manifest and rebuilds.
+"""The tokenized-data cache cannot lie: content keys, a checked manifest, rebuilds, stale folders and locks.
 
 Tiny data throughout: a 40-row CSV through data.path (or a 5-file fake BBC corpus for the key).
 """
 
 import dataclasses
+import json
 import logging
 import os
 import shutil
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +19,7 @@ import pytest
 
 from mhalab.data import DataConfig, bbc_news, build_datamodule, cache, preprocessing
 
+SRC = Path(preprocessing.__file__).resolve().parents[2]
 ARROW = "dataset/train/data-00000-of-00001.arrow"
 
 
@@ -164,3 +169,83 @@ def test_load_cached_refuses_another_configs_folder(tmp_path, csv):
     folder = preprocessing.prepare(config(tmp_path, csv, max_len=16))
     with pytest.raises(ValueError, match="not the cache folder"):
         preprocessing.load_cached(cfg, folder)
+
+
+# -- interrupted writes and concurrent writers -----------------------------------------------------------
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    assert not cache.pid_alive(proc.pid)
+    return proc.pid
+
+
+def test_stale_tmp_of_dead_pid_removed_live_kept(tmp_path, csv):
+    cfg = config(tmp_path, csv)
+    folder = preprocessing.cache_path(cfg)
+    folder.parent.mkdir(parents=True)
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # a live writer
+    try:
+        dead, live = (folder.with_name(f"{folder.name}.tmp-{pid}") for pid in (dead_pid(), writer.pid))
+        other_dead = folder.parent / f"bbc_news-0123456789abcdef.tmp-{dead_pid()}"
+        for tmp in (dead, live, other_dead):
+            (tmp / "out").mkdir(parents=True)
+            (tmp / "out" / "half.arrow").write_bytes(b"\0" * 10)
+        with cache.locked(folder.parent / "bbc_news-0123456789abcdef"):  # a writer on another host holds its lock
+            cache.remove_stale(folder.parent)
+            assert tmp_folders(cfg) == sorted([live.name, other_dead.name])
+        preprocessing.prepare(cfg)  # a start: stale folders go, the live process's stays
+        assert tmp_folders(cfg) == [live.name] and (live / "out" / "half.arrow").exists()
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+CHILD = textwrap.dedent("""
+    import json, os, sys, time, types
+    from pathlib import Path
+    import mhalab  # mhalab.data without its __init__ (which imports Lightning: seconds per process)
+    pkg = types.ModuleType("mhalab.data")
+    pkg.__path__ = [str(Path(mhalab.__file__).parent / "data")]
+    sys.modules["mhalab.data"] = pkg
+    from mhalab.data import preprocessing
+    from mhalab.data.config import DataConfig
+
+    mode, cfg, work = sys.argv[1], DataConfig.from_any(json.loads(sys.argv[2])), Path(sys.argv[3])
+    if mode == "race":
+        build = preprocessing.build
+        def slow_build(c, scratch):
+            with open(work / "builds.log", "a") as f:
+                f.write(f"{os.getpid()}\\n")
+            time.sleep(1.0)
+            return build(c, scratch)
+        preprocessing.build = slow_build
+        (work / f"ready-{os.getpid()}").touch()
+        deadline = time.time() + 60
+        while len(list(work.glob("ready-*"))) < 2 and time.time() < deadline:
+            time.sleep(0.01)
+        folder = preprocessing.prepare(cfg)
+        data, _, _ = preprocessing.load_cached(cfg, folder)
+        ids = {s: [list(map(int, x)) for x in d["input_ids"]] for s, d in data.items()}
+        print(json.dumps({"folder": str(folder), "ids": ids}))
+""")
+
+
+def run_children(tmp_path, mode: str, cfg: DataConfig, n: int) -> list[str]:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    node = json.dumps({k: v for k, v in dataclasses.asdict(cfg).items()})
+    procs = [subprocess.Popen([sys.executable, str(script), mode, node, str(tmp_path)], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(n)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    return [out.strip().splitlines()[-1] for out, _ in outs]
+
+
+def test_two_processes_preparing_at_once_build_once(tmp_path, csv):
+    cfg = config(tmp_path, csv)
+    first, second = (json.loads(line) for line in run_children(tmp_path, "race", cfg, 2))
+    assert len((tmp_path / "builds.log").read_text().split()) == 1  # the second waited, re-checked and used it
+    assert first == second and first["folder"] == str(preprocessing.cache_path(cfg))
+    assert cache.problem(Path(first["folder"]), preprocessing.key_parts(cfg)) is None
+    assert tmp_folders(cfg) == []

@@ -1,20 +1,24 @@
-"""Cache folders that cannot lie: content-derived keys and a checked manifest.
+"""A folder cache that cannot lie: content-derived keys, a checked manifest, locked atomic writes.
 
-A cache folder is written complete inside ``<folder>.tmp-<pid>/`` and renamed into place.  Its
+A cache folder is written complete inside ``<folder>.tmp-<pid>/`` and renamed into place while holding
+the lock file ``<folder>.lock``; such temporary folders of dead processes are removed.  Its
 ``manifest.json`` holds the full key and the size and sha256 of every file written; ``ensure`` checks
-all of them on every use.  A damaged folder (a file missing, cut short or changed, an unreadable
-manifest) is logged in one line and rebuilt.  Files added later (e.g. ``datasets``' own ``cache-*.arrow``
-files from a ``map``) are not part of the cache and are ignored.
+all of them on every use.  A damaged folder (a file missing, cut short or
+changed, an unreadable manifest) is logged in one line and rebuilt.  Files added later (e.g. ``datasets``'
+own ``cache-*.arrow`` files from a ``map``) are not part of the cache and are ignored.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
 import os
+import re
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,6 +26,7 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 ABSENT = "absent"  # ``problem``'s answer for a folder that was never written (not damage)
+TMP_NAME = re.compile(r"^(?P<name>.+)\.tmp-(?P<pid>\d+)$")
 
 T = TypeVar("T")
 
@@ -115,29 +120,34 @@ def ensure(
 ) -> Path:
     """Return ``folder`` once it holds an intact cache made from ``parts``.
 
-    If it is absent or damaged, it is written anew: ``build(scratch)`` makes the content, using
-    ``scratch`` for any files it needs on the way, and ``save(content, out)`` writes it.  Both live in
-    ``<folder>.tmp-<pid>/``, which is removed whatever happens.
+    If it is absent or damaged, it is written anew under its lock (unless another process did so while we
+    waited): ``build(scratch)`` makes the content, using ``scratch`` for any files it needs on the way, and
+    ``save(content, out)`` writes it.  Both live in ``<folder>.tmp-<pid>/``, which is removed whatever
+    happens.
     """
     required = list(required)
-    reason = problem(folder, parts, required)
-    if reason is None:
+    remove_stale(folder.parent)
+    if problem(folder, parts, required) is None:
         return folder
-    if reason != ABSENT:
-        log.warning("data cache %s is damaged (%s); rebuilding it", folder, reason)
-    work = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-    out = work / "out"
-    try:
-        _remove(work)
-        (work / "scratch").mkdir(parents=True)
-        content = build(work / "scratch")
-        out.mkdir()
-        save(content, out)
-        write_manifest(out, parts)
-        _remove(folder)
-        os.rename(out, folder)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)  # nothing half-written stays behind
+    with locked(folder):
+        reason = problem(folder, parts, required)
+        if reason is None:  # another process wrote it while we waited
+            return folder
+        if reason != ABSENT:
+            log.warning("data cache %s is damaged (%s); rebuilding it", folder, reason)
+        work = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
+        out = work / "out"
+        try:
+            _remove(work)
+            (work / "scratch").mkdir(parents=True)
+            content = build(work / "scratch")
+            out.mkdir()
+            save(content, out)
+            write_manifest(out, parts)
+            _remove(folder)
+            os.rename(out, folder)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)  # nothing half-written stays behind
     return folder
 
 
@@ -146,3 +156,54 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
     elif path.exists() or path.is_symlink():
         path.unlink()
+
+
+@contextlib.contextmanager
+def locked(folder: Path, blocking: bool = True) -> Iterator[bool]:
+    """Hold ``<folder>.lock`` (fcntl.flock) for the duration; yields False if not ``blocking`` and it is taken."""
+    path = folder.with_name(f"{folder.name}.lock")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+            held = True
+        except BlockingIOError:
+            held = False
+        yield held
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def remove_stale(parent: Path) -> None:
+    """Remove ``<folder>.tmp-<pid>`` folders of processes that died while writing.
+
+    A folder is kept while its pid is alive on this host or while its ``<folder>.lock`` is held (a
+    writer on another host sharing the file system).  Best effort: failures are ignored.
+    """
+    if not parent.is_dir():
+        return
+    for tmp in parent.glob("*.tmp-*"):
+        match = TMP_NAME.match(tmp.name)
+        if match is None or pid_alive(int(match["pid"])):
+            continue
+        try:
+            with locked(parent / match["name"], blocking=False) as held:
+                if held:
+                    shutil.rmtree(tmp, ignore_errors=True)
+        except OSError:
+            pass
+
