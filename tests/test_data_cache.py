@@ -1,9 +1,10 @@
-"""The tokenized-data cache cannot lie: content keys, a checked manifest, rebuilds, stale folders and locks.
+"""The tokenized-data cache cannot lie: content keys, a checked manifest, rebuilds, stale folders, locks, full disks.
 
 Tiny data throughout: a 40-row CSV through data.path (or a 5-file fake BBC corpus for the key).
 """
 
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -201,7 +202,7 @@ def test_stale_tmp_of_dead_pid_removed_live_kept(tmp_path, csv):
 
 
 CHILD = textwrap.dedent("""
-    import json, os, sys, time, types
+    import json, os, resource, signal, sys, time, types
     from pathlib import Path
     import mhalab  # mhalab.data without its __init__ (which imports Lightning: seconds per process)
     pkg = types.ModuleType("mhalab.data")
@@ -227,6 +228,13 @@ CHILD = textwrap.dedent("""
         data, _, _ = preprocessing.load_cached(cfg, folder)
         ids = {s: [list(map(int, x)) for x in d["input_ids"]] for s, d in data.items()}
         print(json.dumps({"folder": str(folder), "ids": ids}))
+    else:  # fsize: a file size limit stands in for a full disk
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+        try:
+            preprocessing.prepare(cfg)
+        except OSError as e:
+            print(json.dumps({"type": type(e).__name__, "errno": e.errno, "filename": e.filename, "text": str(e)}))
 """)
 
 
@@ -249,3 +257,49 @@ def test_two_processes_preparing_at_once_build_once(tmp_path, csv):
     assert first == second and first["folder"] == str(preprocessing.cache_path(cfg))
     assert cache.problem(Path(first["folder"]), preprocessing.key_parts(cfg)) is None
     assert tmp_folders(cfg) == []
+
+
+# -- full disk -------------------------------------------------------------------------------------------
+def test_full_disk_names_the_folder_and_leaves_nothing(tmp_path, csv, monkeypatch):
+    from datasets import DatasetDict
+
+    cfg = config(tmp_path, csv)
+    folder = preprocessing.cache_path(cfg)
+
+    def full(self, path, **kwargs):
+        Path(path).mkdir(parents=True)
+        (Path(path) / "data-00000-of-00001.arrow").write_bytes(b"\0" * 100)  # half-written
+        raise OSError(errno.ENOSPC, "No space left on device")  # like pyarrow: no filename
+
+    monkeypatch.setattr(DatasetDict, "save_to_disk", full)
+    with pytest.raises(OSError) as info:
+        preprocessing.prepare(cfg)
+    e = info.value
+    assert e.errno == errno.ENOSPC and e.filename == f"{folder}.tmp-{os.getpid()}/out"
+    assert "free space or set paths.cache_dir" in str(e) and "No space left on device" in str(e)
+    assert not folder.exists() and tmp_folders(cfg) == []
+    monkeypatch.undo()
+    assert preprocessing.prepare(cfg) == folder  # nothing poisoned for the next run
+
+
+def test_full_disk_keeps_the_failing_files_name(tmp_path, csv, monkeypatch):
+    cfg = config(tmp_path, csv)
+
+    def full(folder, parts):
+        raise OSError(errno.ENOSPC, "No space left on device", str(folder / "manifest.json"))
+
+    monkeypatch.setattr(cache, "write_manifest", full)
+    with pytest.raises(cache.CacheWriteError) as info:
+        preprocessing.prepare(cfg)
+    assert info.value.filename.endswith(f".tmp-{os.getpid()}/out/manifest.json")
+    assert tmp_folders(cfg) == [] and not preprocessing.cache_path(cfg).exists()
+
+
+def test_file_size_limit_in_a_subprocess(tmp_path):
+    cfg = DataConfig.from_any({"task": "bbc_news", "tokenizer": "byte", "limit": 40, "cache_dir": str(tmp_path / "c")})
+    (line,) = run_children(tmp_path, "fsize", cfg, 1)
+    result = json.loads(line)
+    folder = preprocessing.cache_path(cfg)
+    assert result["type"] == "CacheWriteError" and result["errno"] == errno.EFBIG
+    assert result["filename"].startswith(str(folder)) and "paths.cache_dir" in result["text"]
+    assert not folder.exists() and tmp_folders(cfg) == []

@@ -27,8 +27,13 @@ log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 ABSENT = "absent"  # ``problem``'s answer for a folder that was never written (not damage)
 TMP_NAME = re.compile(r"^(?P<name>.+)\.tmp-(?P<pid>\d+)$")
+ADVICE = "free space or set paths.cache_dir to a writable directory with room"
 
 T = TypeVar("T")
+
+
+class CacheWriteError(OSError):
+    """Writing a cache folder failed; ``filename`` names the file or folder, the message says what to do."""
 
 
 # -- keys ------------------------------------------------------------------------------------------------
@@ -123,7 +128,7 @@ def ensure(
     If it is absent or damaged, it is written anew under its lock (unless another process did so while we
     waited): ``build(scratch)`` makes the content, using ``scratch`` for any files it needs on the way, and
     ``save(content, out)`` writes it.  Both live in ``<folder>.tmp-<pid>/``, which is removed whatever
-    happens.
+    happens.  An OSError while writing raises ``CacheWriteError``; ``build``'s own errors pass unchanged.
     """
     required = list(required)
     remove_stale(folder.parent)
@@ -138,14 +143,16 @@ def ensure(
         work = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
         out = work / "out"
         try:
-            _remove(work)
-            (work / "scratch").mkdir(parents=True)
+            with _writing(work):
+                _remove(work)
+                (work / "scratch").mkdir(parents=True)
             content = build(work / "scratch")
-            out.mkdir()
-            save(content, out)
-            write_manifest(out, parts)
-            _remove(folder)
-            os.rename(out, folder)
+            with _writing(out):
+                out.mkdir()
+                save(content, out)
+                write_manifest(out, parts)
+                _remove(folder)
+                os.rename(out, folder)
         finally:
             shutil.rmtree(work, ignore_errors=True)  # nothing half-written stays behind
     return folder
@@ -159,11 +166,26 @@ def _remove(path: Path) -> None:
 
 
 @contextlib.contextmanager
+def _writing(where: Path) -> Iterator[None]:
+    """Re-raise an OSError as ``CacheWriteError`` naming the file (or ``where``) and the way out."""
+    try:
+        yield
+    except CacheWriteError:
+        raise
+    except OSError as e:
+        reason = e.strerror or str(e) or type(e).__name__
+        raise CacheWriteError(
+            e.errno, f"{reason} (writing the tokenized-data cache; {ADVICE})", e.filename or str(where)
+        ) from e
+
+
+@contextlib.contextmanager
 def locked(folder: Path, blocking: bool = True) -> Iterator[bool]:
     """Hold ``<folder>.lock`` (fcntl.flock) for the duration; yields False if not ``blocking`` and it is taken."""
     path = folder.with_name(f"{folder.name}.lock")
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    with _writing(path):
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))

@@ -172,6 +172,6 @@ def _ensure(cfg: DataConfig, parts: dict) -> Path:
 def _save(built: tuple[DatasetDict, Tokenizer, dict], folder: Path) -> None:
     data, tok, meta = built
     data.save_to_disk(str(folder / "dataset"))
-    if isinstance(tok, BpeTokenizer):
-        tok.save(str(folder / "tokenizer.json"))
+    if isinstance(tok, BpeTokenizer):  # written by Python, not by tokenizers' Rust, so a full disk is an OSError
+        (folder / "tokenizer.json").write_text(tok.tok.to_str(pretty=True))
     (folder / "meta.json").write_text(json.dumps(meta, indent=2))
