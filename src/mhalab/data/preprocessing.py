@@ -6,55 +6,70 @@ and the stream is cut into consecutive windows of ``max_len`` tokens (the last o
 Documents never cross splits because the splits are made on documents first.
 
 Cache layout: ``<cache_dir>/mhalab_data/<task>-<key>/`` with ``dataset/`` (``DatasetDict.save_to_disk``),
-``meta.json`` and, for BPE, ``tokenizer.json``.  It is written to a temporary folder and renamed, so a
-half-written cache is never read.
+``meta.json``, for BPE ``tokenizer.json``, and ``manifest.json``.  The key hashes ``key_parts``; how the
+folder is written, checked and rebuilt is ``mhalab.data.cache``'s business.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
-import shutil
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 from datasets import Dataset, DatasetDict, Features, List, Value, load_from_disk
 from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
+from mhalab.data import bbc_news, cache
 from mhalab.data.config import DataConfig
 from mhalab.data.local_files import normalize_path
 from mhalab.data.sources import load_raw
 from mhalab.data.tokenization import BpeTokenizer, ByteTokenizer, ListOpsTokenizer, Tokenizer
+from mhalab.errors import ConfigError
 
-CACHE_VERSION = 1  # bump when the processing below changes
+CACHE_VERSION = 2  # bump when the processing below changes the token ids (2: content keys and manifest)
+# DataConfig fields read only by the loaders, never by ``build``; every other field, present or future, is in the key.
+LOADER_ONLY = frozenset({"batch_size", "num_workers", "mlm_probability", "cache_dir", "hf_cache_dir"})
+
+
+def key_parts(cfg: DataConfig) -> dict:
+    """Everything the token ids depend on: the settings, the task, the sources' content and CACHE_VERSION.
+
+    Hub tasks are named by repository and config (``task``); ``datasets`` caches their downloads itself.
+    """
+    settings = {k: v for k, v in asdict(cfg).items() if k not in LOADER_ONLY}
+    return {"version": CACHE_VERSION, "settings": settings, "task": asdict(cfg.info), "sources": source_digests(cfg)}
+
+
+def source_digests(cfg: DataConfig) -> dict:
+    """sha256 of the content of the files the raw text is read from (none for ListOps and Hub tasks)."""
+    if cfg.path is not None:
+        return {split: [[f, _digest_or_none(f)] for f in files] for split, files in normalize_path(cfg.path).items()}
+    if cfg.info.source == "bbc_news":
+        return {"bbc_news": cache.tree_digest(bbc_news.corpus_dir())}
+    return {}
+
+
+def _digest_or_none(path: str) -> str | None:
+    """The file's sha256; None if it is not a file (reading the data then says so)."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        return cache.file_digest(path)
+    except OSError as e:
+        raise ConfigError(f"data.path file {path} cannot be read ({e.strerror or e}).") from e
 
 
 def cache_key(cfg: DataConfig) -> str:
-    """A short hash of every setting that changes the token ids (not batch size, workers or masking rate)."""
-    keys = ["task", "objective", "tokenizer", "max_len", "val_fraction", "test_fraction", "split_seed",
-            "text_column", "label_column", "n_classes", "limit"]
-    parts = {k: getattr(cfg, k) for k in keys}
-    parts["version"] = CACHE_VERSION
-    parts["source"] = [cfg.info.hub_repo, cfg.info.hub_config]
-    if cfg.tokenizer == "bpe":
-        parts["vocab_size"] = cfg.vocab_size
-    if cfg.task == "listops" and cfg.path is None:
-        parts["listops"] = asdict(cfg.listops)
-    if cfg.path is not None:
-        files = normalize_path(cfg.path)
-        parts["path"] = {
-            split: [[f, os.stat(f).st_size, os.stat(f).st_mtime_ns] if os.path.isfile(f) else [f] for f in fs]
-            for split, fs in files.items()
-        }
-    blob = json.dumps(parts, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    """16 hex digits of the sha256 of ``key_parts`` (the manifest holds all 64 and is checked)."""
+    return cache.key(key_parts(cfg))[:16]
 
 
-def cache_path(cfg: DataConfig) -> Path:
-    return Path(cfg.cache_dir) / "mhalab_data" / f"{cfg.task}-{cache_key(cfg)}"
+def cache_path(cfg: DataConfig, parts: dict | None = None) -> Path:
+    key = cache.key(parts if parts is not None else key_parts(cfg))
+    return Path(cfg.cache_dir) / "mhalab_data" / f"{cfg.task}-{key[:16]}"
 
 
 def make_tokenizer(cfg: DataConfig, train: Dataset) -> Tokenizer:
@@ -100,9 +115,13 @@ def _encode_all(ds: Dataset, tok: Tokenizer) -> list[list[int]]:
     return [ids for batch in ds.iter(batch_size=1000) for ids in tok.encode_batch(batch["text"])]
 
 
-def build(cfg: DataConfig) -> tuple[DatasetDict, Tokenizer, dict]:
-    """Load the raw splits, fit the tokenizer and tokenize (no cache involved)."""
-    raw = load_raw(cfg)
+def build(cfg: DataConfig, scratch: Path | None = None) -> tuple[DatasetDict, Tokenizer, dict]:
+    """Load the raw splits, fit the tokenizer and tokenize (no cache involved); the result is held in memory.
+
+    ``datasets`` keys its own cache of data.path files by path and mtime, not content, so with ``scratch``
+    they are parsed afresh into that folder (``prepare`` gives one that is deleted after the build).
+    """
+    raw = load_raw(replace(cfg, cache_dir=str(scratch)) if scratch is not None else cfg)
     tok = make_tokenizer(cfg, raw["train"])
     encode = tokenize_classification if cfg.objective == "classification" else tokenize_lm
     data = DatasetDict({split: encode(ds, tok, cfg.max_len) for split, ds in raw.items()})
@@ -129,31 +148,30 @@ def quiet_progress():
 
 
 def prepare(cfg: DataConfig) -> Path:
-    """Make sure the cache for ``cfg`` exists (build and write it if not); return its folder."""
-    folder = cache_path(cfg)
-    if (folder / "meta.json").exists():
-        return folder
-    with quiet_progress():
-        _write(cfg, folder)
-    return folder
-
-
-def _write(cfg: DataConfig, folder: Path) -> None:
-    data, tok, meta = build(cfg)
-    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    data.save_to_disk(str(tmp / "dataset"))
-    if isinstance(tok, BpeTokenizer):
-        tok.save(str(tmp / "tokenizer.json"))
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
-    try:
-        os.replace(tmp, folder)
-    except OSError:  # another process finished first: use its copy
-        shutil.rmtree(tmp, ignore_errors=True)
+    """The checked cache folder for ``cfg``, built (or rebuilt, if damaged) first when needed."""
+    return _ensure(cfg, key_parts(cfg))
 
 
 def load_cached(cfg: DataConfig, folder: Path) -> tuple[DatasetDict, Tokenizer, dict]:
-    """Read what ``prepare`` wrote."""
+    """Read what ``prepare`` wrote, after checking it against its manifest (rebuilding it if damaged)."""
+    parts = key_parts(cfg)
+    if Path(folder).resolve() != cache_path(cfg, parts).resolve():
+        raise ValueError(f"{folder} is not the cache folder of this data config ({cache_path(cfg, parts)}).")
+    folder = _ensure(cfg, parts)
     data = load_from_disk(str(folder / "dataset"))
     meta = json.loads((folder / "meta.json").read_text())
     return data, load_tokenizer(cfg, folder), meta
+
+
+def _ensure(cfg: DataConfig, parts: dict) -> Path:
+    required = ["meta.json", "dataset/dataset_dict.json"] + (["tokenizer.json"] if cfg.tokenizer == "bpe" else [])
+    with quiet_progress():
+        return cache.ensure(cache_path(cfg, parts), parts, lambda scratch: build(cfg, scratch), _save, required)
+
+
+def _save(built: tuple[DatasetDict, Tokenizer, dict], folder: Path) -> None:
+    data, tok, meta = built
+    data.save_to_disk(str(folder / "dataset"))
+    if isinstance(tok, BpeTokenizer):  # written by Python, not by tokenizers' Rust, so a full disk is an OSError
+        (folder / "tokenizer.json").write_text(tok.tok.to_str(pretty=True))
+    (folder / "meta.json").write_text(json.dumps(meta, indent=2))
