@@ -203,8 +203,11 @@ def train(tc, run_dir: Path, overrides: list[str]) -> RunSummary:
     except ConfigError:
         raise
     except OSError as e:  # disk full, unwritable directory, file too large
-        print(f"error: could not write {e.filename or 'a file'} ({e.strerror or e}); free space or set "
-              "paths.log_dir (runs) or paths.cache_dir (data) to a writable directory with room", file=sys.stderr)
+        from mhalab.data.cache import CacheWriteError
+
+        advice = "" if isinstance(e, CacheWriteError) else ("; free space or set paths.log_dir to a writable "
+                                                             "directory with room")
+        print(f"error: could not write {e.filename or 'a file'} ({e.strerror or e}){advice}", file=sys.stderr)
         try:
             _write_failure(run_dir, base, trainer, "failed", "os", f"{e.filename}: {e.strerror or e}")
         except OSError:
