@@ -1,4 +1,5 @@
-"""Shared helpers: run `python -m mhalab.train` in a subprocess on tiny settings."""
+"""Shared helpers: `mhalab train` on tiny settings, in this process (fast) or in a subprocess (for kills, signals
+and DDP); an Architecture from flat sizes; the summaries under a folder."""
 
 import dataclasses
 import json
@@ -26,6 +27,34 @@ TINY = [
 def data_cache(tmp_path_factory) -> Path:
     """One tokenized-data cache for the whole session."""
     return tmp_path_factory.mktemp("data_cache")
+
+
+class Result:
+    """What a `mhalab train` command left: its exit status and everything it printed."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+@pytest.fixture
+def train(tmp_path, data_cache, capfd):
+    """train(*overrides, multirun=False, tiny=True, root=tmp_path) -> Result: `mhalab train` in this process, with
+    its run directories under root/logs (paths.root_dir) and the session's data cache."""
+    from mhalab.train import main
+
+    def run(*overrides, multirun=False, tiny=True, root=None):
+        argv = (["-m"] if multirun else []) + (TINY if tiny else []) + [
+            f"paths.root_dir={root or tmp_path}", f"data.cache_dir={data_cache}", *overrides]
+        capfd.readouterr()
+        try:
+            main(argv)
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        out, err = capfd.readouterr()
+        return Result(code, out, err)
+
+    return run
 
 
 @pytest.fixture

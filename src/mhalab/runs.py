@@ -86,6 +86,9 @@ def compose(overrides: list[str], config_dir: str | None = None, config_name: st
                                  return_hydra_config=True)
     except (HydraException, OmegaConfBaseException) as e:
         raise ConfigError(hydra_message(e)) from None
+    except Exception as e:  # noqa: BLE001 - an override OmegaConf cannot apply (e.g. +key on a null node)
+        raise ConfigError(f"the overrides {' '.join(overrides)} cannot be composed ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}); check their keys and values") from None
 
 
 def hydra_message(e: BaseException) -> str:
@@ -128,8 +131,24 @@ def check_job(cfg: DictConfig):
     allowed = cfg.get("allowed_targets") or []
     check_config(cfg, list(allowed) if not isinstance(allowed, str) else [allowed])
     tc = validate(cfg)
+    check_inputs(tc)
     check_machine(tc)
     return tc
+
+
+def check_inputs(tc) -> None:
+    """Files the run will read exist: data.path files (readable, not empty) and ckpt_path."""
+    from mhalab.data.config import normalize_path
+
+    if tc.data.path is not None:
+        for split, files in normalize_path(tc.data.path).items():
+            for f in files:
+                if not os.path.isfile(f):
+                    raise ConfigError(f"data.path file {f} does not exist")
+                if os.path.getsize(f) == 0:
+                    raise ConfigError(f"data.path file {f} is empty")
+    if tc.ckpt_path is not None and not Path(tc.ckpt_path).is_file():
+        raise ConfigError(f"ckpt_path={tc.ckpt_path}: no such checkpoint file")
 
 
 def check_machine(tc) -> None:
@@ -218,7 +237,12 @@ def _preflight_multirun(argv, overrides, config_dir, config_name) -> Plan:
         return Plan(list(argv), True, [(overrides, tc)])
     params = [f"{k}={v}" for k, v in (OmegaConf.select(base, "hydra.sweeper.params", default=None) or {}).items()]
     (batch,) = BasicSweeper.split_arguments(parser.parse_overrides(params + overrides), None)
-    jobs = [(list(job), check_job(compose(list(job), config_dir, config_name))) for job in batch]
+    jobs = []
+    for i, job in enumerate(batch):
+        try:
+            jobs.append((list(job), check_job(compose(list(job), config_dir, config_name))))
+        except ConfigError as e:
+            raise ConfigError(f"sweep job {i} ({' '.join(job)}): {e}") from None
     tc = jobs[0][1]
     check_writable(Path(tc.paths.log_dir), "paths.log_dir")
     plan = Plan(list(argv), True, jobs)

@@ -24,7 +24,7 @@ from datasets.utils import are_progress_bars_disabled, disable_progress_bars, en
 
 from mhalab.data import bbc_news, cache
 from mhalab.data.config import DataConfig
-from mhalab.data.local_files import normalize_path
+from mhalab.data.config import normalize_path
 from mhalab.data.sources import load_raw
 from mhalab.data.tokenization import BpeTokenizer, ByteTokenizer, ListOpsTokenizer, Tokenizer
 from mhalab.errors import ConfigError
