@@ -190,10 +190,20 @@ def _duration(seconds: float) -> str:
     return f"{m // 60}h{m % 60:02d}m" if m >= 60 else f"{m}m{s:02d}s"
 
 
+def validation_due(trainer) -> bool:
+    """Whether Lightning validates right after the current training batch (Lightning's own predicate).
+
+    A checkpoint must not be taken at such a batch's end: restoring one, Lightning assumes the validation that
+    followed it already ran and skips it. The validation end writes the checkpoint instead."""
+    loop = trainer.fit_loop
+    return bool(loop.epoch_loop._should_check_val_fx(loop._data_fetcher))
+
+
 class LastCheckpoint(Checkpoint):
     """Writes <run_dir>/checkpoints/last.ckpt at every validation end of training, every `every_n_steps` optimizer
-    steps (if set) and whenever `save(trainer)` is called (end of training, a stop signal). Subclassing
-    `Checkpoint` makes Lightning call it after the best-model checkpoint, so last.ckpt holds that one's state too."""
+    steps (if set; not at a step a validation follows, see `validation_due`) and whenever `save(trainer)` is called
+    (end of training, a stop signal). Subclassing `Checkpoint` makes Lightning call it after the best-model
+    checkpoint, so last.ckpt holds that one's state too."""
 
     def __init__(self, run_dir: str | Path, every_n_steps: int | None = None):
         self.path = Path(run_dir) / LAST
@@ -203,7 +213,7 @@ class LastCheckpoint(Checkpoint):
         trainer.save_checkpoint(self.path, weights_only=False)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.every_n_steps and trainer.global_step % self.every_n_steps == 0:
+        if self.every_n_steps and trainer.global_step % self.every_n_steps == 0 and not validation_due(trainer):
             self.save(trainer)
 
     def on_validation_end(self, trainer, pl_module) -> None:
@@ -243,12 +253,13 @@ class Interrupted(Exception):
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
 
-class GracefulStop(L.Callback):
+class GracefulStop(Checkpoint):
     """SIGINT, SIGTERM (what schedulers send) and SIGUSR1/SIGUSR2 (SLURM's warning before a time limit or
-    preemption) stop a run cleanly. During training the stop waits for the next step boundary, where
-    `LastCheckpoint` saves the state and `Interrupted` is raised; outside training (data preparation, test) it is
-    raised at once. Install with `with stop.installed():` around the whole run; Lightning replaces handlers when
-    fitting starts, so they are installed again at `on_train_start`."""
+    preemption) stop a run cleanly: during training at the next step boundary, or at the end of the validation
+    that follows it, after `LastCheckpoint` saved the state (a `Checkpoint` placed after it, Lightning calls this
+    last); outside training (data preparation, test) at once. `Interrupted` carries the exit status. Install with
+    `install()` around the whole run; Lightning replaces signal handlers when fitting starts, so they are
+    installed again at `on_train_start`."""
 
     def __init__(self, last: LastCheckpoint):
         self.last = last
@@ -284,9 +295,13 @@ class GracefulStop(L.Callback):
         self.check()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.requested is not None:
+        if self.requested is not None and not validation_due(trainer):
             self.last.save(trainer)
             self.check()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.state.fn == "fit" and not trainer.sanity_checking:
+            self.check()  # LastCheckpoint has saved this state already
 
     def on_train_end(self, trainer, pl_module) -> None:
         self.in_training = False

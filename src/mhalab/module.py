@@ -103,7 +103,8 @@ class AttentionLitModule(L.LightningModule):
         return loss
 
     def on_train_epoch_end(self) -> None:
-        self.log("train/acc", metrics_from_sums(self.train_sums.compute(), False)["acc"])
+        if self.train_sums.update_called:  # not in an epoch a resumed run only finishes
+            self.log("train/acc", metrics_from_sums(self.train_sums.compute(), False)["acc"])
         self.train_sums.reset()
 
     def _eval_step(self, batch: dict[str, Tensor], sums: EvalSums) -> None:
@@ -153,6 +154,14 @@ class AttentionLitModule(L.LightningModule):
 
     def on_fit_start(self) -> None:
         self._fit_start = time.perf_counter()
+
+    def on_train_start(self) -> None:
+        loop = self.trainer.fit_loop
+        if loop.restarting and loop._data_fetcher is not None:
+            # Lightning made the training iterator before it restored the checkpoint (to count the steps); worker
+            # processes then already drew indices from the start of epoch 0. A fresh iterator asks the sampler for
+            # the restored position (mhalab.data.sampling.EpochSampler), so the run continues where it stopped.
+            iter(loop._data_fetcher)
 
     def on_fit_end(self) -> None:
         self.fit_s += time.perf_counter() - self._fit_start

@@ -37,7 +37,8 @@ log = logging.getLogger("mhalab")
 CONFIG_PATH = "pkg://mhalab.conf"
 # known noise, silenced at its source: Lightning's own deprecation of torch internals
 _NOISE = (r".*isinstance\(treespec, LeafSpec\)` is deprecated.*", r".*does not have many workers.*",
-          r".*The number of training batches .* is smaller than the logging interval.*")
+          r".*The number of training batches .* is smaller than the logging interval.*",
+          r".*Checkpoint directory .* exists and is not empty.*")  # a resumed run writes where it wrote before
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -278,7 +279,7 @@ def _best_checkpoint(tc, run_dir: Path):
 
     return ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), filename="best-epoch{epoch:03d}-step{step:06d}",
                            monitor=tc.checkpoint.monitor, mode=tc.checkpoint.mode, save_top_k=1, save_last=False,
-                           auto_insert_metric_name=False)
+                           auto_insert_metric_name=False, save_on_train_epoch_end=False)
 
 
 def _test_checkpoint(best, module, tc, last_path: Path) -> Path:

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from mhalab import faults
+
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
@@ -150,6 +152,7 @@ def ensure(
             with _writing(out):
                 out.mkdir()
                 save(content, out)
+                faults.point("prepare")  # the recovery tests kill here: half a cache written
                 write_manifest(out, parts)
                 _remove(folder)
                 os.rename(out, folder)
