@@ -50,10 +50,10 @@ def check_qgram_ar(n_examples, seq_len, n_kv_pairs, key_len, n_key_tokens, vocab
     if key_len * np.log2(max(n_key_tokens, 1)) >= 62:
         raise ConfigError(f"{TASK} key_len={key_len} is not allowed: with n_key_tokens={n_key_tokens}, key_len "
                           "must keep n_key_tokens ** key_len below 2**62.")
-    most = min(n_key_tokens ** key_len, seq_len // (2 * (key_len + 1)), vocab_size - vocab_size // 2)
-    check_int(TASK, "n_kv_pairs", n_kv_pairs, 1, most,
-              f" (n_key_tokens ** key_len distinct keys, seq_len // (2 * (key_len + 1)) records and query "
-              f"slots, and vocab_size - vocab_size // 2 distinct values bound it)")
+    bounds = (n_key_tokens ** key_len, seq_len // (2 * (key_len + 1)), vocab_size - vocab_size // 2)
+    check_int(TASK, "n_kv_pairs", n_kv_pairs, 1, min(bounds),
+              f" (the least of n_key_tokens ** key_len = {bounds[0]} keys, seq_len // (2 * (key_len + 1)) = "
+              f"{bounds[1]} records with query slots and vocab_size - vocab_size // 2 = {bounds[2]} values)")
     check_power(TASK, power_a)
     check_int(TASK, "seed", seed, 0)
 
