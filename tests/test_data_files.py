@@ -113,7 +113,7 @@ def no_label_column(tmp_path):
         (lambda p: str(p / "missing.csv"), r"missing\.csv does not exist"),
         (empty, r"empty\.jsonl is empty"),
         (non_utf8, r"latin1\.csv is not UTF-8"),
-        (bad_labels, r"holds 7, outside the allowed ids 0\.\.3"),
+        (bad_labels, r"holds 7 in the train split, outside the allowed ids 0\.\.3"),
         (no_text_column, r"no column 'text' \(data\.text_column\)"),
         (no_label_column, r"no column 'label' \(data\.label_column\)"),
         (lambda p: str(p / "x.docx"), r"extension '\.docx'"),

@@ -46,6 +46,18 @@ class CausalLMCollator:
         return {"input_ids": input_ids, "padding_mask": padding_mask, "labels": labels}
 
 
+class LabelledCollator:
+    """Examples that carry their own per-position ``labels`` (synthetic tasks): padded, passed through."""
+
+    def __init__(self, pad_id: int) -> None:
+        self.pad_id = pad_id
+
+    def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
+        input_ids, padding_mask = pad([e["input_ids"] for e in examples], self.pad_id)
+        labels, _ = pad([e["labels"] for e in examples], IGNORE_INDEX)
+        return {"input_ids": input_ids, "padding_mask": padding_mask, "labels": labels}
+
+
 class MLMCollator:
     """BERT masking: each non-special token is chosen with ``mlm_probability``; a chosen token becomes
     [MASK] (80%), a random non-special token (10%) or stays (10%); ``labels`` hold the original id there.

@@ -15,7 +15,7 @@ from mhalab.checks import check_choice, check_int
 from mhalab.errors import ConfigError
 
 OBJECTIVES = ("classification", "mlm", "clm")
-TOKENIZERS = ("byte", "bpe", "listops")
+TOKENIZERS = ("byte", "bpe", "listops", "ids")  # ids: a synthetic task's own token ids
 # keys that change how batches are served, never the cached token ids
 LOADER_KEYS = ("batch_size", "num_workers", "mlm_probability", "cache_dir", "hf_cache_dir")
 
@@ -25,7 +25,7 @@ class TaskInfo:
     """What a task is: its default objective, where its text comes from and its classes."""
 
     objective: str
-    source: str  # "bbc_news" | "listops" | "hub"
+    source: str  # "bbc_news" | "listops" | "hub" | "mqar" | "qgram_ar" | "user"
     label_names: tuple[str, ...] | None = None  # None: a language-modelling-only task
     hub_repo: str | None = None
     hub_config: str | None = None
@@ -43,7 +43,10 @@ TASKS: dict[str, TaskInfo] = {
     "sst2": TaskInfo("classification", "hub", ("negative", "positive"), "stanfordnlp/sst2", text_column="sentence"),
     "wikitext2": TaskInfo("mlm", "hub", None, "Salesforce/wikitext", "wikitext-2-raw-v1"),
     "tiny_shakespeare": TaskInfo("clm", "hub", None, "karpathy/tiny_shakespeare"),
+    "mqar": TaskInfo("clm", "mqar", default_tokenizer="ids"),
+    "qgram_ar": TaskInfo("clm", "qgram_ar", default_tokenizer="ids"),
 }
+SYNTHETIC = ("mqar", "qgram_ar")  # pre-tokenized: token ids and per-position labels come from a generator
 
 
 @dataclass
@@ -70,10 +73,43 @@ class ListOpsConfig:
 
 
 @dataclass
+class MqarConfig:
+    """Generator settings for ``task: mqar`` (Zoology's multi-query associative recall; docs/tasks.md)."""
+
+    vocab_size: int = 64  # task ids; keys from the lower half, values from the upper half (+5 special ids)
+    seq_len: int = 64
+    n_kv_pairs: int = 8
+    n_train: int = 20000
+    n_val: int = 1000
+    n_test: int = 1000
+    power_a: float = 0.01  # query gaps p(g) ~ g^(power_a - 1), Zoology's value
+
+    def __post_init__(self):
+        for key in ("n_train", "n_val", "n_test"):
+            check_int(f"data.mqar.{key}", getattr(self, key), 1)
+
+
+@dataclass
+class QgramConfig(MqarConfig):
+    """Generator settings for ``task: qgram_ar``: MQAR whose keys are ``key_len`` tokens (docs/tasks.md)."""
+
+    seq_len: int = 32
+    n_kv_pairs: int = 4
+    key_len: int = 2
+    n_key_tokens: int = 2  # distinct key tokens per example; n_key_tokens ** key_len keys in all
+
+    def __post_init__(self):
+        for key in ("n_train", "n_val", "n_test"):
+            check_int(f"data.qgram_ar.{key}", getattr(self, key), 1)
+
+
+@dataclass
 class DataConfig:
     """Every key of the ``data`` node."""
 
-    task: str = "bbc_news"  # bbc_news | bbc_news_mlm | listops | ag_news | imdb | sst2 | wikitext2 | tiny_shakespeare
+    task: str = "bbc_news"  # bbc_news | bbc_news_mlm | listops | mqar | qgram_ar | ag_news | imdb | sst2 | wikitext2 |
+    #                         tiny_shakespeare, or the name of your own task (with `source`)
+    source: Optional[Any] = None  # your own task: {_target_: your_package.YourTask, ...} (mhalab.data.tasks.Task)
     objective: Optional[str] = None  # classification | mlm | clm; None: the task's own
     path: Any = None  # local file(s) replacing the task's source: a file, a list, or {train: ..., validation: ...}
     tokenizer: Optional[str] = None  # byte | bpe | listops; None: the task's own
@@ -92,12 +128,16 @@ class DataConfig:
     n_classes: Optional[int] = None  # None: the task's number of classes
     limit: Optional[int] = None  # at most this many examples per split (quick runs)
     listops: ListOpsConfig = field(default_factory=ListOpsConfig)
+    mqar: MqarConfig = field(default_factory=MqarConfig)
+    qgram_ar: QgramConfig = field(default_factory=QgramConfig)
 
     def __post_init__(self):
-        if isinstance(self.listops, dict):
-            self.listops = ListOpsConfig(**self.listops)
-        if self.task not in TASKS:
-            raise ConfigError(f"data.task={self.task!r} is unknown; allowed tasks are {', '.join(TASKS)}")
+        for name, cls in (("listops", ListOpsConfig), ("mqar", MqarConfig), ("qgram_ar", QgramConfig)):
+            if isinstance(getattr(self, name), dict):
+                setattr(self, name, cls(**getattr(self, name)))
+        if self.task not in TASKS and self.source is None:
+            raise ConfigError(f"data.task={self.task!r} is unknown; allowed tasks are {', '.join(TASKS)}, or name "
+                              "your own and give data.source={_target_: your.Task}")
         if self.objective is not None:
             check_choice("data.objective", self.objective, OBJECTIVES)
         if self.tokenizer is not None:
@@ -139,18 +179,19 @@ class DataConfig:
         unknown = sorted(k for k in cfg if k not in known)
         if unknown:
             raise ConfigError(f"unknown data key {unknown[0]!r}: allowed keys are {', '.join(sorted(known))}")
-        listops = cfg.get("listops") or {}
-        lo_known = {f.name for f in dataclasses.fields(ListOpsConfig)}
-        lo_unknown = sorted(k for k in listops if k not in lo_known)
-        if lo_unknown:
-            raise ConfigError(f"unknown data.listops key {lo_unknown[0]!r}: allowed keys are "
-                              f"{', '.join(sorted(lo_known))}")
+        for name, sub in (("listops", ListOpsConfig), ("mqar", MqarConfig), ("qgram_ar", QgramConfig)):
+            sub_known = {f.name for f in dataclasses.fields(sub)}
+            sub_unknown = sorted(k for k in (cfg.get(name) or {}) if k not in sub_known)
+            if sub_unknown:
+                raise ConfigError(f"unknown data.{name} key {sub_unknown[0]!r}: allowed keys are "
+                                  f"{', '.join(sorted(sub_known))}")
         return cls(**cfg).resolved()
 
     def resolved(self) -> DataConfig:
         """A copy with the task's defaults filled in and the task-dependent combinations checked."""
         info = self.info
-        out = dataclasses.replace(self, listops=dataclasses.replace(self.listops))
+        out = dataclasses.replace(self, listops=dataclasses.replace(self.listops), mqar=dataclasses.replace(self.mqar),
+                                  qgram_ar=dataclasses.replace(self.qgram_ar))
         out.objective = self.objective or info.objective
         out.tokenizer = self.tokenizer or info.default_tokenizer
         if out.text_column is None:
@@ -166,6 +207,12 @@ class DataConfig:
         if out.tokenizer == "listops" and out.task != "listops":
             raise ConfigError(f"data.tokenizer=listops with data.task={out.task}: the listops vocabulary only fits "
                               "data.task=listops; use byte or bpe")
+        if (out.tokenizer == "ids") != (info.source in SYNTHETIC):
+            raise ConfigError(f"data.tokenizer={out.tokenizer} with data.task={out.task}: a synthetic task "
+                              f"({', '.join(SYNTHETIC)}) brings its own ids (tokenizer ids), text tasks need byte, bpe "
+                              "or listops")
+        if info.source in SYNTHETIC:
+            out.check_synthetic()
         if out.tokenizer == "bpe":
             if out.vocab_size < 261:
                 raise ConfigError(f"data.vocab_size={out.vocab_size} with data.tokenizer=bpe: vocab_size must be >= 261 "
@@ -175,9 +222,44 @@ class DataConfig:
                               "max_length must be below max_len (one position holds [CLS]) so no expression is cut")
         return out
 
+    def check_synthetic(self) -> None:
+        """A synthetic task's generator settings fit together and into data.max_len."""
+        from mhalab.data import mqar, qgram_ar
+
+        g = getattr(self, self.task)
+        if self.task == "mqar":
+            mqar.check_mqar(g.n_train, g.seq_len, g.n_kv_pairs, g.vocab_size, g.power_a, self.split_seed)
+        else:
+            qgram_ar.check_qgram_ar(g.n_train, g.seq_len, g.n_kv_pairs, g.key_len, g.n_key_tokens, g.vocab_size,
+                                    g.power_a, self.split_seed)
+        if g.seq_len > self.max_len:
+            raise ConfigError(f"data.{self.task}.seq_len={g.seq_len} is longer than data.max_len={self.max_len}: "
+                              "raise data.max_len (and model.max_len)")
+        if self.objective != "clm":
+            raise ConfigError(f"data.objective={self.objective} with data.task={self.task}: recall is a next-token "
+                              "task; use data.objective=clm")
+
     @property
     def info(self) -> TaskInfo:
+        if self.source is not None:
+            return self.task_object().info
         return TASKS[self.task]
+
+    def task_object(self):
+        """Your own task (data.source), instantiated: an object with `info` (TaskInfo) and `load(cfg)`."""
+        if "_task_object" in self.__dict__:  # made once per config (not a field: not in the cache key)
+            return self.__dict__["_task_object"]
+        from hydra.utils import instantiate
+
+        try:
+            task = instantiate(self.source)
+        except Exception as e:  # noqa: BLE001 - the user's class: name it and what went wrong
+            raise ConfigError(f"data.source={self.source!r} could not be built ({type(e).__name__}: {e})") from None
+        if not isinstance(getattr(task, "info", None), TaskInfo) or not callable(getattr(task, "load", None)):
+            raise ConfigError(f"data.source={self.source!r} must build an object with an `info` (a "
+                              "mhalab.data.config.TaskInfo) and a `load(cfg)` method (see mhalab.data.tasks)")
+        self.__dict__["_task_object"] = task
+        return task
 
     @property
     def n_labels(self) -> int | None:

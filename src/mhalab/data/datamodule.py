@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -9,8 +10,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from mhalab.data import preprocessing
-from mhalab.data.collate import EVAL_MASK_SEEDS, CausalLMCollator, ClassificationCollator, MLMCollator
-from mhalab.data.config import DataConfig
+from mhalab.data.collate import (EVAL_MASK_SEEDS, CausalLMCollator, ClassificationCollator, LabelledCollator,
+                                 MLMCollator)
+from mhalab.data.config import DataConfig, normalize_path
 from mhalab.data.tokenization import Tokenizer
 from mhalab.data.sampling import EpochIndexed, EpochSampler
 
@@ -25,7 +27,8 @@ class TextDataModule(L.LightningDataModule):
     def __init__(self, cfg: DataConfig, batch_size: int | None = None, seed: int = 0) -> None:
         super().__init__()
         self.cfg = cfg
-        self.task = cfg.task
+        # a run on your own file is recorded as that file's task, not as the task whose settings it borrowed
+        self.task = cfg.task if cfg.path is None else f"file:{Path(normalize_path(cfg.path)['train'][0]).name}"
         self.objective = cfg.objective
         self.causal = cfg.objective == "clm"
         self.max_len = cfg.max_len
@@ -34,8 +37,8 @@ class TextDataModule(L.LightningDataModule):
         self.datasets: dict | None = None  # split -> tokenized Dataset (torch format), after setup()
         self.tokenizer: Tokenizer | None = None
         self._token_bytes: torch.Tensor | None = None
-        self.n_classes: int | None = cfg.n_labels
-        self.label_names: list[str] | None = cfg.label_names
+        self.n_classes: int | None = None  # classification: from the data (setup)
+        self.label_names: list[str] | None = None
 
     # -- Lightning hooks -------------------------------------------------------------------------
     def prepare_data(self) -> None:
@@ -72,8 +75,9 @@ class TextDataModule(L.LightningDataModule):
         return self._tok.sep_id
 
     @property
-    def token_bytes(self) -> torch.Tensor:
-        """LongTensor (vocab_size,): UTF-8 byte length of each token, 0 for special tokens (for bits per byte)."""
+    def token_bytes(self) -> torch.Tensor | None:
+        """LongTensor (vocab_size,): UTF-8 byte length of each token, 0 for special tokens (for bits per byte);
+        None when the tokens are not text (synthetic tasks)."""
         if self._token_bytes is None:
             self._token_bytes = self._tok.token_bytes()
         return self._token_bytes
@@ -92,6 +96,8 @@ class TextDataModule(L.LightningDataModule):
     def collate_fn(self, split: str):
         """The batch builder for ``split`` (MLM masks are random for train, fixed for validation/test)."""
         tok = self._tok
+        if "labels" in self.datasets[split].column_names:
+            return LabelledCollator(tok.pad_id)
         if self.objective == "classification":
             return ClassificationCollator(tok.pad_id)
         if self.objective == "clm":
@@ -141,6 +147,13 @@ class TextDataModule(L.LightningDataModule):
         from mhalab.data.baselines import classification_levels, unigram_levels
 
         train, val = self.datasets["train"], self.datasets["validation"]
+        if "labels" in train.column_names:  # a synthetic recall task: chance and the most frequent value
+            from mhalab.data import mqar
+
+            labels = {s: np.concatenate([np.asarray(r) for r in ds["labels"]]) for s, ds in (("train", train),
+                                                                                           ("val", val))}
+            return {"chance_acc": mqar.chance_accuracy(getattr(self.cfg, self.task).vocab_size),
+                    "majority_acc": mqar.majority_accuracy(labels["train"], labels["val"])}
         if self.objective == "classification":
             return classification_levels(list(train["label"]), list(val["label"]), self.n_classes)
         if self.token_bytes is None:

@@ -26,7 +26,7 @@ from mhalab.data import bbc_news, cache
 from mhalab.data.config import DataConfig
 from mhalab.data.config import normalize_path
 from mhalab.data.sources import load_raw
-from mhalab.data.tokenization import BpeTokenizer, ByteTokenizer, ListOpsTokenizer, Tokenizer
+from mhalab.data.tokenization import BpeTokenizer, ByteTokenizer, IdsTokenizer, ListOpsTokenizer, Tokenizer
 from mhalab.errors import ConfigError
 
 CACHE_VERSION = 2  # bump when the processing below changes the token ids (2: content keys and manifest)
@@ -74,6 +74,8 @@ def cache_path(cfg: DataConfig, parts: dict | None = None) -> Path:
 
 def make_tokenizer(cfg: DataConfig, train: Dataset) -> Tokenizer:
     """The configured tokenizer; BPE is trained on the training split only."""
+    if cfg.tokenizer == "ids":
+        return ids_tokenizer(cfg)
     if cfg.tokenizer == "listops":
         return ListOpsTokenizer()
     if cfg.tokenizer == "bpe":
@@ -82,7 +84,15 @@ def make_tokenizer(cfg: DataConfig, train: Dataset) -> Tokenizer:
     return ByteTokenizer()
 
 
+def ids_tokenizer(cfg: DataConfig) -> IdsTokenizer:
+    from mhalab.data.mqar import model_vocab_size
+
+    return IdsTokenizer(model_vocab_size(getattr(cfg, cfg.task).vocab_size))
+
+
 def load_tokenizer(cfg: DataConfig, folder: Path) -> Tokenizer:
+    if cfg.tokenizer == "ids":
+        return ids_tokenizer(cfg)
     if cfg.tokenizer == "bpe":
         return BpeTokenizer.load(str(folder / "tokenizer.json"))
     return ListOpsTokenizer() if cfg.tokenizer == "listops" else ByteTokenizer()
@@ -91,6 +101,7 @@ def load_tokenizer(cfg: DataConfig, folder: Path) -> Tokenizer:
 FEATURES = {
     "classification": Features({"input_ids": List(Value("int32")), "label": Value("int64"), "idx": Value("int64")}),
     "lm": Features({"input_ids": List(Value("int32")), "idx": Value("int64")}),
+    "labelled": Features({"input_ids": List(Value("int32")), "labels": List(Value("int64")), "idx": Value("int64")}),
 }
 
 
@@ -123,13 +134,18 @@ def build(cfg: DataConfig, scratch: Path | None = None) -> tuple[DatasetDict, To
     """
     raw = load_raw(replace(cfg, cache_dir=str(scratch)) if scratch is not None else cfg)
     tok = make_tokenizer(cfg, raw["train"])
-    encode = tokenize_classification if cfg.objective == "classification" else tokenize_lm
-    data = DatasetDict({split: encode(ds, tok, cfg.max_len) for split, ds in raw.items()})
+    if tok.name == "ids":  # a synthetic task: the generator's ids and per-position labels, as they are
+        data = DatasetDict({s: Dataset.from_dict({**ds.to_dict(), "idx": list(range(len(ds)))},
+                                                 features=FEATURES["labelled"]) for s, ds in raw.items()})
+    else:
+        encode = tokenize_classification if cfg.objective == "classification" else tokenize_lm
+        data = DatasetDict({split: encode(ds, tok, cfg.max_len) for split, ds in raw.items()})
     if cfg.limit is not None:
         data = DatasetDict({s: ds.select(range(min(cfg.limit, len(ds)))) for s, ds in data.items()})
+    names = raw["train"].features["label"].names if cfg.objective == "classification" else None
     meta = {
-        "label_names": cfg.label_names,
-        "n_classes": cfg.n_labels,
+        "label_names": list(names) if names is not None else None,
+        "n_classes": len(names) if names is not None else None,
         "n_documents": {split: len(ds) for split, ds in raw.items()},
     }
     return data, tok, meta

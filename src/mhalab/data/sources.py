@@ -1,4 +1,9 @@
-"""The raw text of a task: train/validation/test splits with columns ``id``, ``text`` and (classification) ``label``."""
+"""The raw examples of a task: train/validation/test splits.
+
+Text tasks give columns ``id``, ``text`` and, for classification, ``label``: integer class ids whose names are the
+column's ``ClassLabel`` names (from the task, or from the file's own string labels). Synthetic tasks (MQAR,
+q-gram recall) give ``input_ids`` and per-position ``labels`` directly.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import os
 from datasets import ClassLabel, Dataset, DatasetDict, Value
 
 from mhalab.data import bbc_news, hub, listops, local_files
-from mhalab.data.config import DataConfig
+from mhalab.data.config import DataConfig, normalize_path
 from mhalab.data.splits import SPLITS, complete_splits
 from mhalab.errors import ConfigError
 
@@ -15,20 +20,33 @@ from mhalab.errors import ConfigError
 def load_raw(cfg: DataConfig) -> DatasetDict:
     """The task's splits, from ``data.path`` if given, else from the task's own source."""
     classify = cfg.objective == "classification"
-    hf_cache = os.path.join(cfg.cache_dir, "hf_datasets")
+    source = cfg.info.source
+    if cfg.path is None and source in ("mqar", "qgram_ar"):
+        return load_synthetic(cfg)
     if cfg.path is not None:
+        hf_cache = os.path.join(cfg.cache_dir, "hf_datasets")
         dd = local_files.load_local(cfg.path, cfg.text_column, cfg.label_column if classify else None, hf_cache)
-        files = local_files.normalize_path(cfg.path)
-        dd = DatasetDict({s: _labels(ds, cfg, f"data.path file(s) {files[s]}") for s, ds in dd.items()})
-    elif cfg.info.source == "bbc_news":
-        dd = DatasetDict({"train": bbc_news.load_bbc_news()})
-    elif cfg.info.source == "listops":
+        where = f"data.path file(s) {', '.join(f for fs in normalize_path(cfg.path).values() for f in fs)}"
+    elif source == "user":
+        dd = cfg.task_object().load(cfg)
+        if not isinstance(dd, DatasetDict) or "train" not in dd:
+            raise ConfigError(f"data.source of task {cfg.task}: load(cfg) must return a DatasetDict with a 'train' "
+                              "split")
+        dd = DatasetDict({s: ds if "id" in ds.column_names else ds.add_column("id", [f"{s}-{i}" for i in range(len(ds))])
+                          for s, ds in dd.items() if s in SPLITS})
+        where = f"task {cfg.task} (data.source)"
+    elif source == "bbc_news":
+        dd, where = DatasetDict({"train": bbc_news.load_bbc_news()}), "BBC News"
+    elif source == "listops":
         lo = cfg.listops
         dd = listops.load_listops(
             lo.n_train, lo.n_val, lo.n_test, cfg.split_seed, lo.max_depth, lo.max_args, lo.min_length, lo.max_length
         )
+        where = "ListOps"
     else:
-        dd = _load_hub(cfg)
+        dd, where = _load_hub(cfg), cfg.info.hub_repo
+    if classify:
+        dd = with_label_names(dd, cfg, where)
     # Stratify whenever there are labels, so bbc_news_mlm gets exactly the documents splits of bbc_news.
     stratify = "label" in dd["train"].column_names
     dd = complete_splits(dd, cfg.val_fraction, cfg.test_fraction, cfg.split_seed, stratify=stratify)
@@ -49,6 +67,23 @@ def load_raw(cfg: DataConfig) -> DatasetDict:
              for s, ds in dd.items()}
         )
     return dd
+
+
+def load_synthetic(cfg: DataConfig) -> DatasetDict:
+    """MQAR or q-gram recall from the task's generator: ``input_ids`` and ``labels`` (-100 off the queries)."""
+    from mhalab.data import mqar, qgram_ar
+
+    g = getattr(cfg, cfg.task)
+    if cfg.task == "mqar":
+        splits = mqar.generate_mqar_splits(g.n_train, g.n_val, g.n_test, g.seq_len, g.n_kv_pairs, g.vocab_size,
+                                           g.power_a, cfg.split_seed)
+    else:
+        splits = qgram_ar.generate_qgram_ar_splits(g.n_train, g.n_val, g.n_test, g.seq_len, g.n_kv_pairs, g.key_len,
+                                                   g.n_key_tokens, g.vocab_size, g.power_a, cfg.split_seed)
+    if cfg.limit is not None:
+        splits = {s: (ids[:cfg.limit], labels[:cfg.limit]) for s, (ids, labels) in splits.items()}
+    return DatasetDict({s: Dataset.from_dict({"input_ids": ids, "labels": labels}) for s, (ids, labels)
+                        in splits.items()})
 
 
 def _load_hub(cfg: DataConfig) -> DatasetDict:
@@ -76,39 +111,48 @@ def _load_hub(cfg: DataConfig) -> DatasetDict:
                 continue
             keep[cfg.label_column] = "label"
         ds = ds.select_columns(list(keep)).rename_columns({k: v for k, v in keep.items() if k != v})
-        ds = ds.add_column("id", [f"{split}-{i}" for i in range(len(ds))])
-        out[split] = _labels(ds, cfg, f"{info.hub_repo} split {split!r}") if "label" in keep.values() else ds
+        out[split] = ds.add_column("id", [f"{split}-{i}" for i in range(len(ds))])
     if "train" not in out:
         raise ConfigError(f"the Hub dataset {info.hub_repo} has no labelled 'train' split for data.task={cfg.task}.")
     return DatasetDict(out)
 
 
-def _labels(ds: Dataset, cfg: DataConfig, where: str) -> Dataset:
-    """Labels as int64 class ids in [0, n_classes): names are mapped through the task's label names."""
-    if "label" not in ds.column_names:
-        return ds
-    n = cfg.n_labels
-    feature = ds.features["label"]
-    if isinstance(feature, Value) and feature.dtype in ("string", "large_string"):
-        names = cfg.label_names
-        found = sorted({str(x) for x in ds["label"]})
-        if names is None or not set(found) <= set(names):
-            raise ConfigError(
-                f"{where}: labels {found[:10]} in data.label_column={cfg.label_column!r} are names, and the allowed "
-                f"names are {names}; use those names or integer ids 0..{n - 1}."
-            )
-        ids = [names.index(x) for x in ds["label"]]
-        ds = ds.remove_columns("label").add_column("label", ids)
-    elif not isinstance(feature, ClassLabel) and not (isinstance(feature, Value) and "int" in feature.dtype):
-        raise ConfigError(
-            f"{where}: data.label_column={cfg.label_column!r} has type {feature}; it must hold integer ids "
-            f"0..{n - 1} or class names."
-        )
-    labels = ds["label"]
-    bad = [x for x in labels if x is None or not 0 <= x < n]
-    if bad:
-        raise ConfigError(
-            f"{where}: data.label_column={cfg.label_column!r} holds {bad[0]!r}, outside the allowed ids 0..{n - 1} "
-            f"(data.n_classes={n})."
-        )
-    return ds.cast_column("label", Value("int64"))
+def with_label_names(dd: DatasetDict, cfg: DataConfig, where: str) -> DatasetDict:
+    """Labels as int64 class ids with ClassLabel names, the same in every split.
+
+    String labels: the task's names if every one is among them (in the task's order), else the file's own names,
+    sorted. Integer labels: ids 0 .. n-1 with n = data.n_classes or the task's number of classes. A given
+    data.n_classes must hold every class found.
+    """
+    feature = dd["train"].features.get("label")
+    if feature is None:
+        raise ConfigError(f"{where}: classification needs a label column (data.label_column={cfg.label_column!r})")
+    if isinstance(feature, ClassLabel):
+        names = list(feature.names)
+    elif isinstance(feature, Value) and feature.dtype in ("string", "large_string"):
+        found = sorted({str(x) for ds in dd.values() for x in ds["label"] if x is not None})
+        known = cfg.info.label_names
+        names = list(known) if known is not None and set(found) <= set(known) else found
+        index = {name: i for i, name in enumerate(names)}
+        dd = DatasetDict({s: ds.remove_columns("label").add_column(
+            "label", [index.get(str(x)) if x is not None else None for x in ds["label"]]) for s, ds in dd.items()})
+    elif isinstance(feature, Value) and "int" in feature.dtype:
+        n = cfg.n_classes if cfg.n_classes is not None else len(cfg.info.label_names or ())
+        if n < 2:
+            raise ConfigError(f"{where}: integer labels need data.n_classes (how many classes there are)")
+        names = list(cfg.info.label_names) if cfg.info.label_names and len(cfg.info.label_names) == n else \
+            [str(i) for i in range(n)]
+    else:
+        raise ConfigError(f"{where}: data.label_column={cfg.label_column!r} has type {feature}; it must hold integer "
+                          "ids or class names")
+    if cfg.n_classes is not None and len(names) > cfg.n_classes:
+        raise ConfigError(f"{where}: {len(names)} classes ({', '.join(names[:10])}) but data.n_classes="
+                          f"{cfg.n_classes}; raise data.n_classes or leave it unset")
+    n = max(len(names), cfg.n_classes or 0)
+    names = names + [str(i) for i in range(len(names), n)]
+    for split, ds in dd.items():
+        bad = [x for x in ds["label"] if x is None or not 0 <= int(x) < n]
+        if bad:
+            raise ConfigError(f"{where}: data.label_column={cfg.label_column!r} holds {bad[0]!r} in the {split} "
+                              f"split, outside the allowed ids 0..{n - 1} (data.n_classes={n})")
+    return DatasetDict({s: ds.cast_column("label", ClassLabel(names=names)) for s, ds in dd.items()})

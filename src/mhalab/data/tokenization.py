@@ -109,6 +109,29 @@ class ListOpsTokenizer(Tokenizer):
         return self.tokens[token_id] if 0 <= token_id < self.vocab_size else "[UNK]"
 
 
+class IdsTokenizer(Tokenizer):
+    """A synthetic task's own ids (MQAR, q-gram recall): nothing to encode; id m + 5 is shown as "m"."""
+
+    name = "ids"
+
+    def __init__(self, vocab_size: int) -> None:
+        self._vocab_size = vocab_size
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        raise TypeError("a synthetic task has no text to encode")
+
+    def token_bytes(self) -> None:
+        """None: these tokens are not text, so there are no bits per byte."""
+        return None
+
+    def token_string(self, token_id: int) -> str:
+        return str(token_id - N_SPECIAL) if N_SPECIAL <= token_id < self.vocab_size else "[UNK]"
+
+
 @lru_cache(maxsize=1)
 def _byte_level_chars() -> dict[str, int]:
     """Inverse of the GPT-2 byte-to-character table used by the byte-level pre-tokenizer."""
