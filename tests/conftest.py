@@ -38,12 +38,12 @@ class Result:
 
 @pytest.fixture
 def train(tmp_path, data_cache, capfd):
-    """train(*overrides, multirun=False, tiny=True, root=tmp_path) -> Result: `mhalab train` in this process, with
-    its run directories under root/logs (paths.root_dir) and the session's data cache."""
+    """train(*overrides, multirun=False, tiny=True, root=tmp_path, flags=()) -> Result: `mhalab train` in this
+    process, with its run directories under root/logs (paths.root_dir) and the session's data cache."""
     from mhalab.train import main
 
-    def run(*overrides, multirun=False, tiny=True, root=None):
-        argv = (["-m"] if multirun else []) + (TINY if tiny else []) + [
+    def run(*overrides, multirun=False, tiny=True, root=None, flags=()):
+        argv = (["-m"] if multirun else []) + list(flags) + (TINY if tiny else []) + [
             f"paths.root_dir={root or tmp_path}", f"data.cache_dir={data_cache}", *overrides]
         capfd.readouterr()
         try:

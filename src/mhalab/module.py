@@ -120,8 +120,8 @@ class AttentionLitModule(L.LightningModule):
     def _log_eval(self, stage: str, sums: EvalSums) -> dict[str, float]:
         metrics = metrics_from_sums(sums.compute(), self.reports_bpb)
         sums.reset()
-        for key, value in metrics.items():
-            self.log(f"{stage}/{key}", value, prog_bar=key != "bpb")
+        for key, value in metrics.items():  # the same on every process (EvalSums is reduced across them)
+            self.log(f"{stage}/{key}", value, prog_bar=key != "bpb", sync_dist=True)
         return metrics
 
     def on_validation_epoch_end(self) -> None:
@@ -130,7 +130,7 @@ class AttentionLitModule(L.LightningModule):
             return
         self.val_acc_best(metrics["acc"])
         best = float(self.val_acc_best.compute())
-        self.log("val/acc_best", best, prog_bar=True)
+        self.log("val/acc_best", best, prog_bar=True, sync_dist=True)
         self.last_val_step = self.global_step
         self.final_metrics.update({f"val/{k}": v for k, v in metrics.items()}, **{"val/acc_best": best})
         if getattr(self, "_last_loss", None) is not None:

@@ -70,7 +70,8 @@ def run(cfg: DictConfig) -> float | None:
     overrides = list(hc.overrides.task)
     lock = RunLock(run_dir)
     try:
-        lock.acquire()
+        if _launcher_rank() == 0:  # DDP's other processes work in rank 0's run directory, under its lock
+            lock.acquire()
         tc = validate(cfg)
         if multirun and run_status(run_dir) == "ok":  # a resumed sweep: this job finished before
             done = read_summary(run_dir)
@@ -93,7 +94,8 @@ def run(cfg: DictConfig) -> float | None:
     finally:
         lock.release()
         _finish_wandb()
-    log.info(result_line(summary, run_dir))  # to stdout and train.log (rank zero only under DDP)
+    if _launcher_rank() == 0:
+        log.info(result_line(summary, run_dir))  # to stdout and train.log, once under DDP
     return summary.metrics.get("val/loss")
 
 
@@ -118,7 +120,8 @@ def train(tc, run_dir: Path, overrides: list[str]) -> RunSummary:
     for pattern in _NOISE:
         warnings.filterwarnings("ignore", message=pattern)
     t_start = time.perf_counter()
-    remove_stale_temporaries(run_dir)
+    if _launcher_rank() == 0:
+        remove_stale_temporaries(run_dir)
     last = LastCheckpoint(run_dir, tc.checkpoint.every_n_steps)
     stop = GracefulStop(last)
     stop.install()
@@ -139,7 +142,8 @@ def train(tc, run_dir: Path, overrides: list[str]) -> RunSummary:
         cost = model_cost(arch, dm.max_len)
         base.task, base.architecture, base.cost, base.label_names = dm.task, arch.to_dict(), cost, dm.label_names
         base.baselines = dm.reference_levels()
-        log.info(header(dm, arch, cost, run_dir))
+        if _launcher_rank() == 0:
+            log.info(header(dm, arch, cost, run_dir))
 
         ckpt_path = str(tc.ckpt_path) if tc.ckpt_path else None
         if (tc.resume or _requeued()) and (run_dir / LAST).is_file():
@@ -363,6 +367,11 @@ def _cpu_name() -> str:
     except OSError:
         pass
     return platform.processor()
+
+
+def _launcher_rank() -> int:
+    """This process's rank when a launcher (Lightning's DDP, torchrun, SLURM tasks) started several; else 0."""
+    return int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0")) or 0)
 
 
 def _looks_empty(run_dir: Path) -> bool:
