@@ -266,10 +266,15 @@ def run_overrides(run_dir: Path) -> list[str] | None:
     return [str(o) for o in found] if isinstance(found, list) else None
 
 
+# overrides that say where a run lives or how it is executed, never what it computes (results do not depend on
+# data.num_workers: tests/test_resume.py)
+NOT_DEFINING = ("resume=", "hydra.run.dir=", "hydra.sweep.dir=", "fault.", "hydra/launcher=", "hydra.launcher.",
+                "paths.", "data.cache_dir=", "data.hf_cache_dir=", "data.num_workers=")
+
+
 def defining(overrides: list[str]) -> list[str]:
-    """The overrides that define what a run computes: resume, run directories and fault injection aside."""
-    skip = ("resume=", "hydra.run.dir=", "hydra.sweep.dir=", "fault.", "hydra/launcher=", "hydra.launcher.")
-    return sorted(o for o in overrides if not o.lstrip("+~").startswith(skip))
+    """The overrides that define what a run computes (NOT_DEFINING aside): a resumed run must have the same."""
+    return sorted(o for o in overrides if not o.lstrip("+~").startswith(NOT_DEFINING))
 
 
 def run_status(run_dir: Path) -> str | None:

@@ -244,7 +244,7 @@ def build_loggers_and_callbacks(tc, run_dir: Path, resuming: bool) -> tuple[list
     if resuming and "wandb" in logger_cfg and wandb_run_id(run_dir):
         logger_cfg.wandb.id = wandb_run_id(run_dir)
         logger_cfg.wandb.resume = "allow"
-    if resuming and "csv" in logger_cfg:
+    if "csv" in logger_cfg and any((run_dir / "csv").glob("*")):  # keep what an earlier attempt wrote
         logger_cfg.csv.version = f"resumed-{len(list(run_dir.glob('csv/resumed-*'))) + 1}"
     loggers = [instantiate(node) for node in logger_cfg.values() if node is not None]
     show_bar = tc.trainer.enable_progress_bar and sys.stdout.isatty()

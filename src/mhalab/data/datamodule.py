@@ -14,7 +14,7 @@ from mhalab.data.collate import (EVAL_MASK_SEEDS, CausalLMCollator, Classificati
                                  MLMCollator)
 from mhalab.data.config import DataConfig, normalize_path
 from mhalab.data.tokenization import Tokenizer
-from mhalab.data.sampling import EpochIndexed, EpochSampler
+from mhalab.data.sampling import EpochIndexed, EpochSampler, ResumableLoader
 
 
 class TextDataModule(L.LightningDataModule):
@@ -110,7 +110,7 @@ class TextDataModule(L.LightningDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         workers = self.cfg.num_workers
         sampler = EpochSampler(len(self.datasets[split]), self.seed, self._train_position) if shuffle else None
-        return DataLoader(
+        return ResumableLoader(
             EpochIndexed(self.datasets[split]),
             batch_size=self.batch_size,
             sampler=sampler,

@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import Callable, Iterator
 
 import torch
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from mhalab.errors import ConfigError
 
 
 class EpochSampler(Sampler[tuple[int, int]]):
@@ -52,3 +54,18 @@ class EpochIndexed(Dataset):
     def __getitem__(self, key):
         epoch, index = key if isinstance(key, tuple) else (0, key)
         return {**self.dataset[index], "epoch": epoch}
+
+
+class ResumableLoader(DataLoader):
+    """A DataLoader Lightning treats as resumable: the position lives in `EpochSampler` (a function of the restored
+    training progress), and the state a checkpoint keeps checks that the resumed run draws from the same data."""
+
+    def state_dict(self) -> dict:
+        s = self.sampler
+        return {"n": s.n, "seed": s.seed} if isinstance(s, EpochSampler) else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        s = self.sampler
+        if isinstance(s, EpochSampler) and state and (state.get("n"), state.get("seed")) != (s.n, s.seed):
+            raise ConfigError(f"the checkpoint was trained on {state.get('n')} examples with seed {state.get('seed')}, "
+                              f"this run has {s.n} with seed {s.seed}: resume with the data settings it started with")
