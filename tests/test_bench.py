@@ -1,5 +1,5 @@
-"""mhalab.bench: configs, closed forms against counted FLOPs, fits, the subcommands on tiny shapes.
-Correctness only: no test asserts a timing."""
+"""mhalab.bench: configs, closed forms against counted FLOPs, fits, the three subcommands on tiny shapes, and the GPU
+command's dry run. Correctness only: no test asserts a timing."""
 
 import json
 import math
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from mhalab import bench
-from mhalab.bench import complexity, config, decode, output, throughput
+from mhalab.bench import complexity, config, decode, gpu, gpu_report, output, throughput
 from mhalab.bench.fit import local_exponents, loglog_fit
 from mhalab.bench.timing import interleaved, sdpa_kernels
 from mhalab.cost import (attention_peak_bytes, decode_step_bytes, encoder_flops, kv_cache_bytes, measured_flops,
@@ -45,6 +45,7 @@ def test_configs_are_dataclasses_with_dotlist_overrides():
     assert config.DecodeConfig(n_heads=6, d_model=48).kv_heads() == [6, 3, 1]
     t = config.parse("train", ["stats.every_n_steps=7", "objective=classification"])
     assert t.stats.every_n_steps == 7 and t.architecture(4).model.pooling == "mean"
+    assert config.parse("gpu", ["dry_run=true"]).dry_run
     assert not (REPO / "src" / "mhalab" / "bench_conf").exists()
 
 
@@ -52,16 +53,16 @@ def test_configs_are_dataclasses_with_dotlist_overrides():
     ("complexity", "no_such_key=1", "no_such_key"), ("complexity", "backends=[flash]", "backends"),
     ("complexity", "repeats=abc", "repeats"), ("complexity", "grid.n_kv_heads=[3]", "grid.n_kv_heads"),
     ("train", "n_heads=[3]", "n_heads"), ("train", "stats.every_n_steps=0", "every_n_steps"),
-    ("train", "pos=rotary", "pos"),
+    ("train", "pos=rotary", "pos"), ("gpu", "steps=[nope]", "steps"), ("gpu", "d_models=[100]", "d_models"),
     ("complexity", "grid.n", "grid.n")])
 def test_a_bad_override_is_one_sentence_naming_the_key_and_exit_2(sub, override, names, capsys):
-    assert bench.main([sub, override, "out_dir=/nonexistent/never"]) == 2
+    assert bench.main([sub, override, "out_dir=/nonexistent/never"] if sub != "gpu" else [sub, override]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and names in err and len(err.splitlines()) == 1, err
 
 
 def test_cli_usage_cfg_and_unknown_subcommand(capsys):
-    assert bench.main(["--help"]) == 0 and "complexity,train" in capsys.readouterr().out
+    assert bench.main(["--help"]) == 0 and "complexity,train,gpu" in capsys.readouterr().out
     assert bench.main(["train", "--cfg"]) == 0 and "every_n_steps: 50" in capsys.readouterr().out
     assert bench.main(["nope"]) == 2 and "unknown subcommand" in capsys.readouterr().err
     from mhalab.cli import main as cli_main
@@ -73,7 +74,7 @@ def test_cli_usage_cfg_and_unknown_subcommand(capsys):
 
 def test_the_cli_parses_before_importing_torch():
     code = ("import sys; import mhalab.bench, mhalab.bench.config, mhalab.cost; "
-            "mhalab.bench.config.parse('train', ['n_heads=[2]']); assert 'torch' not in sys.modules, 'torch'")
+            "mhalab.bench.config.parse('gpu', ['dry_run=true']); assert 'torch' not in sys.modules, 'torch'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 
@@ -189,20 +190,14 @@ TINY_COMPLEXITY = [
 
 
 def test_complexity_command_end_to_end_tiny_grid(tmp_path, capsys):
-    assert bench.main(["complexity", *TINY_COMPLEXITY, f"out_dir={tmp_path}"]) == 0
-    for name in ("results.csv", "results.json", "report.md", "scaling_time.png", "equal_cost.png", "decode.png"):
-        assert (tmp_path / name).stat().st_size > 0, name
+    """The CLI path; the gpu dry run below runs every section with plots."""
+    assert bench.main(["complexity", *TINY_COMPLEXITY, "sections=[equal_cost]", "plots=false",
+                       f"out_dir={tmp_path}"]) == 0
+    assert all((tmp_path / name).stat().st_size > 0 for name in ("results.csv", "results.json", "report.md"))
     res = json.loads((tmp_path / "results.json").read_text())
-    assert len(res["scaling"]) == 4 and len(res["equal_cost"]) == 4 and len(res["decode"]) == 4
-    assert all(r["flops_match"] and r["flops_fwdbwd_match"] for r in res["scaling"] + res["equal_cost"])
-    assert all(r["flops_equal_to_ref"] for r in res["equal_cost"])
-    assert all(r["cache_bytes"] == r["cache_bytes_closed"] for r in res["decode"])
-    assert {f["metric"] for f in res["fits"]} >= {"fwd_ms", "fwdbwd_ms"}
-    assert math.isfinite(res["fits"][0]["fit"]["exponent"]) and res["skipped"] == []
-    out = capsys.readouterr().out
-    assert "## Fitted exponents" in out and "| backend |" in out
-    fig = output.decode_figure(res["decode"])  # the decoding plots are log-log
-    assert all(ax.get_xscale() == "log" and ax.get_yscale() == "log" for ax in fig.axes if ax.has_data())
+    assert len(res["equal_cost"]) == 4 and res["skipped"] == [] and "scaling" not in res
+    assert all(r["flops_match"] and r["flops_fwdbwd_match"] and r["flops_equal_to_ref"] for r in res["equal_cost"])
+    assert "## Equal cost" in capsys.readouterr().out
 
 
 def test_cases_that_would_not_fit_are_skipped_saying_so(tmp_path):
@@ -263,6 +258,119 @@ def test_the_baseline_computes_the_same_function(objective, norm, pooling):
     ids = torch.randint(0, 30, (3, 8))
     with torch.no_grad():
         torch.testing.assert_close(base(ids).logits, ours(ids).logits, atol=1e-5, rtol=1e-5)
+
+
+# -- the GPU command -------------------------------------------------------------------------------------------
+
+def test_gpu_command_without_cuda_says_so_and_exits_2(capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert bench.main(["gpu", "out=/nonexistent/never"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+def _fake_run(commands):
+    """Stands in for the two subprocesses of `mhalab bench gpu` (pytest and mhalab train), writing what they write."""
+    def run(cmd, log, cwd, env, timeout):
+        commands.append(cmd)
+        log.write_text("fake\n")
+        if "pytest" in cmd:
+            junit = Path(next(a for a in cmd if a.startswith("--junitxml=")).split("=", 1)[1])
+            junit.write_text('<testsuites><testsuite tests="26" failures="0" errors="0" skipped="26"/></testsuites>')
+        else:
+            run_dir = Path(env["MHALAB_ROOT"]) / "logs" / "gpu_check" / "runs" / "x"
+            run_dir.mkdir(parents=True)
+            (run_dir / "summary.json").write_text(json.dumps({
+                "status": "ok", "metrics": {"val/acc": 0.5}, "timings": {"train_steps": 3, "tokens_per_s": 1e3}}))
+        return {"returncode": 0, "log": str(log)}
+    return run
+
+
+def test_gpu_dry_run_writes_the_folder_and_a_report_without_gpu_figures(tmp_path, monkeypatch):
+    commands = []
+    monkeypatch.setattr(gpu, "_run", _fake_run(commands))
+    # compile=[false]: torch.compile's tracing takes seconds even on toy sizes (the slow test runs both)
+    res = bench.run("gpu", config.parse("gpu", ["dry_run=true", f"out={tmp_path}", "compile=[false]"]))
+    assert res["exit_status"] == 0 and {k: s["status"] for k, s in res["steps"].items()} == {
+        "tests": "ok", "train": "ok", "throughput": "ok", "complexity": "ok", "decode": "ok"}
+    pytest_cmd, train_cmd = commands
+    assert pytest_cmd[1:5] == ["-m", "pytest", "-m", "gpu"] and pytest_cmd[5].endswith("tests/test_gpu.py")
+    assert train_cmd[1:3] == ["-m", "mhalab.train"] and "trainer.accelerator=cpu" in train_cmd
+    for path in ("report.md", "summary.json", "tests/pytest.log", "tests/junit.xml", "train/bbc_news-summary.json",
+                 "throughput/d32-eager/report.md", "throughput/d32-eager/results.json", "complexity/report.md",
+                 "complexity/scaling_time.png", "complexity/equal_cost.png", "decode/decode.png"):
+        assert (tmp_path / path).is_file(), path
+    scaling = json.loads((tmp_path / "complexity" / "results.json").read_text())
+    assert all(r["flops_match"] and r["flops_fwdbwd_match"] for r in scaling["scaling"] + scaling["equal_cost"])
+    assert {f["metric"] for f in scaling["fits"]} >= {"fwd_ms", "fwdbwd_ms"}
+    assert math.isfinite(scaling["fits"][0]["fit"]["exponent"])
+    rows = json.loads((tmp_path / "decode" / "results.json").read_text())["decode"]
+    assert {r["cache_filled_by"] for r in rows} == {"prefill", "random"}
+    assert all(r["cache_bytes"] == r["cache_bytes_closed"] for r in rows)
+    fig = output.decode_figure(rows)  # the decoding plots are log-log
+    assert all(ax.get_xscale() == "log" and ax.get_yscale() == "log" for ax in fig.axes if ax.has_data())
+    report = (tmp_path / "report.md").read_text()
+    assert report.startswith("# GPU check: CPU (dry run, no GPU)")
+    assert "CPU DRY RUN: tiny shapes, no GPU figures" in report
+    assert all(c["measured"] == "not measured (CPU dry run)" and c["verdict"] == "-" for c in res["claims"])
+    assert len(res["claims"]) == 6 and "GiB" not in report.split("## Claims")[1]
+    assert {r["kernel"] for r in res["sdpa_kernels"]} == {"flash (cpu)"}
+
+
+def test_gpu_train_command_composes_for_the_default_task(monkeypatch, tmp_path):
+    from mhalab.runs import check_job, compose
+
+    monkeypatch.setenv("MHALAB_ROOT", str(tmp_path))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # trainer=gpu is refused without CUDA
+    cfg = config.parse("gpu", [])
+    assert gpu.train_tasks(cfg) == ["bbc_news"] + (["mqar"] if "mqar" in __import__(
+        "mhalab.data.config", fromlist=["TASKS"]).TASKS else [])
+    for dry in (False, True):
+        cfg.dry_run = dry
+        tc = check_job(compose(gpu.train_command(cfg, "bbc_news")))
+        assert tc.trainer.max_steps == (3 if dry else 200) and tc.trainer.max_epochs == -1
+        assert tc.trainer.accelerator == ("cpu" if dry else "gpu") and tc.data.task == "bbc_news"
+        assert tc.trainer.precision == ("32-true" if dry else "bf16-mixed")
+
+
+def test_gpu_batches_size_themselves_from_free_memory(monkeypatch):
+    cfg = config.parse("gpu", ["d_models=[512]", "compile=[false]"])
+    monkeypatch.setattr(gpu, "free_memory_bytes", lambda device: 40 * 2 ** 30)
+    ((label, tc, note),) = gpu.throughput_configs(cfg, torch.device("cpu"))
+    assert label == "d512-eager" and tc.batch in (1, 2, 4, 8, 16, 32, 64) and tc.amp_bf16 and tc.n_heads == [8]
+    monkeypatch.setattr(gpu, "free_memory_bytes", lambda device: 2 ** 20)
+    ((label, tc, note),) = gpu.throughput_configs(cfg, torch.device("cpu"))
+    assert tc is None and "not even batch 1 fits" in note
+
+
+def test_claims_say_by_how_much_a_goal_is_missed():
+    run = {"d_model": 1024, "compile": True, "batch": 8, "seq_len": 1024, "n_layers": 8, "stats": [
+        {"stats_fraction": 0.031, "stats_pass_ms": 90.0, "every_n_steps": 50}], "rows": [
+        {"model": "mhalab", "mfu": 0.40, "ratio_vs_baseline": 1.1},
+        {"model": "mhalab+stats", "mfu": 0.39, "ratio_vs_baseline": 0.95},
+        {"model": output.BASELINE, "mfu": 0.36, "ratio_vs_baseline": 1.0}]}
+    fit = {"exponent": 1.02, "ci95": (0.98, 1.06), "x_min": 2048, "x_max": 32768, "points": 5}
+    result = {"dry_run": False, "device_name": "NVIDIA H100 80GB HBM3", "steps": {
+        "throughput": {"runs": {"d1024-compiled": run}},
+        "complexity": {"fits": [{"backend": "sdpa", "metric": "mem_fwdbwd_mib", "fit": fit, "fit_all": None},
+                                {"backend": "math", "metric": "mem_fwdbwd_mib", "fit": {**fit, "exponent": 1.7},
+                                 "fit_all": None}]},
+        "decode": {"decode": [{"n_kv_heads": 1, "batch": 64, "context": 32768, "backend": "sdpa",
+                               "speedup_vs_mha": 11.2}]}}}
+    verdicts = [c["verdict"] for c in gpu_report.claim_rows(result)]
+    assert verdicts == ["missed by 5.0 points (best 40.0%, d1024-compiled)", "missed by 5.0% at d1024-compiled",
+                        "missed by 1.10 points at d1024-compiled", "holds", "off by -0.30", "reached (>= 10x)"]
+
+
+@pytest.mark.slow
+def test_gpu_dry_run_with_its_real_subprocesses(tmp_path, data_cache):
+    r = subprocess.run([sys.executable, "-m", "mhalab", "bench", "gpu", "dry_run=true", f"out={tmp_path}",
+                        f"train_overrides=[data.cache_dir={data_cache}]"], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=600)
+    res = json.loads((tmp_path / "summary.json").read_text())
+    assert r.returncode == 0, {k: s.get("error") or s.get("log") for k, s in res["steps"].items()}
+    assert (tmp_path / "throughput" / "d32-compiled" / "results.json").is_file()
+    assert res["steps"]["tests"]["skipped"] == res["steps"]["tests"]["tests"] > 0  # no CUDA: every GPU test skips
+    assert json.loads((tmp_path / "train" / "bbc_news-summary.json").read_text())["status"] == "ok"
 
 
 def test_sdpa_kernels_names_the_fused_kernel():

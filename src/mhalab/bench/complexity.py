@@ -82,7 +82,7 @@ def count_case(spec: dict) -> dict:
         row = {"flops_fwd_closed": B * attention_flops(n, *shape)["total"],
                "flops_fwdbwd_closed": B * attention_train_flops(n, *shape, recompute_scores=spec["backend"] == "sdpa"),
                "flops_fwd_counted": measured_flops(fwd), "flops_fwdbwd_counted": measured_flops(fwdbwd),
-               "kernel": kernel_name(sdpa_kernels(fwdbwd))}
+               "kernel": kernel_name(sdpa_kernels(fwdbwd), spec["backend"])}
     row["flops_match"] = row["flops_fwd_counted"] == row["flops_fwd_closed"]
     row["flops_fwdbwd_match"] = row["flops_fwdbwd_counted"] == row["flops_fwdbwd_closed"]
     return row

@@ -18,6 +18,7 @@ from mhalab.schema import BACKENDS, StatsConfig
 DTYPES = ("float32", "bfloat16", "float16")
 SECTIONS = ("scaling", "equal_cost", "decode")
 SDPA_KERNELS = ("flash", "efficient", "cudnn", "math")
+GPU_STEPS = ("tests", "train", "throughput", "complexity", "decode")
 
 
 def _device(value: str) -> None:
@@ -247,7 +248,45 @@ class ThroughputConfig(MachineConfig):
                             model=model, attention=attention)
 
 
-CONFIGS = {"complexity": ComplexityConfig, "train": ThroughputConfig}
+# -- gpu -------------------------------------------------------------------------------------------------------
+
+@dataclass
+class GpuConfig:
+    """`mhalab bench gpu`: the GPU check, everything into one folder (`out`)."""
+
+    out: Optional[str] = None  # default outputs/bench/gpu-<timestamp>
+    dry_run: bool = False  # the whole command on the CPU with tiny shapes: checks the command, measures nothing
+    budget_s: float = 540.0  # wall time the command aims at; a step that would start after it is skipped, saying so
+    steps: List[str] = field(default_factory=lambda: list(GPU_STEPS))
+    free_fraction: float = 0.7  # every case sizes itself to this fraction of the free device memory
+    train_steps: int = 200  # optimizer steps of each `mhalab train trainer=gpu` run (3 in a dry run)
+    train_tasks: Optional[List[str]] = None  # None: the default task, and mqar where mhalab.data.config.TASKS has it
+    train_overrides: List[str] = field(default_factory=list)  # added to every `mhalab train` call
+    d_models: List[int] = field(default_factory=lambda: [1024, 512])  # throughput sizes (heads of 64, d_ff 4 d),
+    #                                                                     the first measured first
+    n_layers: int = 8
+    seq_len: int = 1024
+    max_batch: int = 64  # throughput batch: the largest power of two up to this that fits
+    compile: List[bool] = field(default_factory=lambda: [False, True])
+    max_n: int = 32768  # complexity: n = 512, 1024, ..., max_n
+    decode_batch: List[int] = field(default_factory=lambda: [1, 8, 64])
+    decode_context: List[int] = field(default_factory=lambda: [2048, 8192, 32768])
+
+    def __post_init__(self):
+        check_number("budget_s", self.budget_s, 0, low_open=True)
+        for s in self.steps:
+            check_choice("steps", s, GPU_STEPS)
+        check_number("free_fraction", self.free_fraction, 0, 1, low_open=True)
+        for key in ("train_steps", "n_layers", "seq_len", "max_batch", "max_n"):
+            check_int(key, getattr(self, key), 1)
+        for key in ("d_models", "decode_batch", "decode_context"):
+            _positive_ints(key, getattr(self, key))
+        bad = [d for d in self.d_models if d % 64]
+        if bad:
+            raise ConfigError(f"d_models={list(self.d_models)}: {bad[0]} is not a multiple of 64 (heads of 64)")
+
+
+CONFIGS = {"complexity": ComplexityConfig, "train": ThroughputConfig, "gpu": GpuConfig}
 
 
 def parse(name: str, overrides: list[str] | tuple[str, ...] = ()):

@@ -181,16 +181,20 @@ def sdpa_kernels(fn) -> list[str]:
     return sorted(recorder.names)
 
 
-def kernel_name(kernels: list[str]) -> str:
-    """A short name for what sdpa_kernels found: flash, efficient, cudnn, flash (cpu), or math (explicit)."""
-    forward = [k for k in kernels if not k.endswith("backward")]
-    if not forward:
-        return "math (explicit softmax)" if not kernels else ", ".join(kernels)
-    names = []
-    for k in forward:
-        short = k.replace("_scaled_dot_product_", "").replace("_attention", "")
-        names.append(short.replace("flash_for_cpu", "flash (cpu)"))
-    return ", ".join(sorted(set(names)))
+KERNEL_NAMES = {"_scaled_dot_product_flash_attention": "flash", "_scaled_dot_product_flash_attention_for_cpu":
+                "flash (cpu)", "_scaled_dot_product_efficient_attention": "efficient",
+                "_scaled_dot_product_cudnn_attention": "cudnn",
+                "_scaled_dot_product_fused_attention_overrideable": "overrideable"}
+
+
+def kernel_name(kernels: list[str], backend: str = "sdpa") -> str:
+    """A short name for what `sdpa_kernels` found in a layer of `backend`: flash, efficient, cudnn, flash (cpu);
+    with no fused kernel, "math (sdpa fallback)" for the sdpa backend (torch's math kernel runs as plain ops) or
+    "math (explicit softmax)" for mhalab's math backend."""
+    forward = sorted({KERNEL_NAMES.get(k, k) for k in kernels if not k.endswith("backward")})
+    if forward:
+        return ", ".join(forward)
+    return "math (sdpa fallback)" if backend == "sdpa" else "math (explicit softmax)"
 
 
 # -- the machine -----------------------------------------------------------------------------------------------
