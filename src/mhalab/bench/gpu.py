@@ -119,8 +119,8 @@ def kernel_survey(device: torch.device, dtype: torch.dtype, d_head: int = 64, se
         pad[1, seq_len * 3 // 4:] = True
         for padded in (False, True):
             kernels = sdpa_kernels(lambda: attn(x, key_padding_mask=pad if padded else None)[0].sum().backward())
-            rows.append({"attention": label, "padding": "yes" if padded else "no", "kernel": kernel_name(kernels),
-                         "ops": kernels})
+            rows.append({"attention": label, "d_head": d_head, "padding": "yes" if padded else "no",
+                         "kernel": kernel_name(kernels), "ops": kernels})
     return rows
 
 
@@ -135,6 +135,7 @@ def _tests(cfg, out: Path, device, budget: Budget) -> dict:
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", str(test_file), "-q", "-rs", "-p", "no:cacheprovider",
            f"--junitxml={junit}"]
     proc = _run(cmd, out / "tests" / "pytest.log", REPO, dict(os.environ), timeout=max(30.0, budget.left() / 4))
+    proc["log"] = "tests/pytest.log"
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     if junit.is_file():
         suite = ET.parse(junit).getroot()
@@ -187,13 +188,14 @@ def _train(cfg, out: Path, device, budget: Budget) -> dict:
         env.pop("MHALAB_RUN_ID", None)
         timeout = max(60.0, budget.left() / 3 / (len(tasks) - i))
         rec = {"task": task, "command": "mhalab train " + " ".join(cmd[3:]),
-               **_run(cmd, out / "train" / f"{task}.log", Path.cwd(), env, timeout)}
+               **_run(cmd, out / "train" / f"{task}.log", Path.cwd(), env, timeout), "log": f"train/{task}.log"}
         found = sorted(root.rglob("summary.json"))
         if found:
             s = json.loads(found[-1].read_text())
             shutil.copy(found[-1], out / "train" / f"{task}-summary.json")
-            rec.update(summary=str(found[-1]), run_status=s.get("status"), metrics=s.get("metrics", {}),
-                       test_metrics=s.get("test_metrics", {}), timings=s.get("timings", {}))
+            rec.update(summary=str(found[-1].relative_to(out)), run_status=s.get("status"),
+                       metrics=s.get("metrics", {}), test_metrics=s.get("test_metrics", {}),
+                       timings=s.get("timings", {}))
         rec["status"] = "ok" if rec["returncode"] == 0 and rec.get("run_status") == "ok" else "failed"
         runs[task] = rec
         print(f"train {task}: {rec['status']} (log {rec['log']})", flush=True)
@@ -256,9 +258,11 @@ def _throughput(cfg, out: Path, device, budget: Budget) -> dict:
             continue
         tc.out_dir = str(out / "throughput" / label)
         res = run_train(tc)
-        runs[label] = {"status": "ok", "out_dir": tc.out_dir, "rows": res["rows"], "stats": res["stats"],
-                       "batch": tc.batch, "seq_len": tc.seq_len, "n_layers": tc.n_layers, "d_model": tc.d_model,
-                       "compile": tc.compile, "peak_tflops": res["machine"]["peak_matmul_tflops_measured"]}
+        runs[label] = {"status": "ok", "out_dir": f"throughput/{label}", "rows": res["rows"], "stats": res["stats"],
+                       "d_model": tc.d_model, "d_head": tc.d_model // tc.n_heads[0], "d_ff": tc.d_ff,
+                       "n_layers": tc.n_layers,
+                       "batch": tc.batch, "seq_len": tc.seq_len, "compile": tc.compile,
+                       "peak_tflops": res["machine"]["peak_matmul_tflops_measured"]}
         release(device)
     return {"status": "ok", "runs": runs}
 
@@ -295,7 +299,9 @@ def _complexity(cfg, out: Path, device, budget: Budget, decode: bool = False) ->
     cc.out_dir = str(out / ("decode" if decode else "complexity"))
     res = run_complexity(cc)
     keep = ("decode",) if decode else ("scaling", "equal_cost", "fits")
-    return {"status": "ok", "out_dir": cc.out_dir, "skipped": res["skipped"], **{k: res.get(k) for k in keep}}
+    plots = [str(Path(p).relative_to(out)) for p in res.get("plots", [])]
+    return {"status": "ok", "out_dir": Path(cc.out_dir).name, "plots": plots, "skipped": res["skipped"],
+            **{k: res.get(k) for k in keep}}
 
 
 def _decode(cfg, out: Path, device, budget: Budget) -> dict:

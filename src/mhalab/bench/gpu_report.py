@@ -9,6 +9,7 @@ A dry run measures no GPU: its report says so at the top and gives no verdict.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from mhalab.bench.output import BASELINE, md_table
 
@@ -23,7 +24,8 @@ def _throughput_rows(result: dict) -> list[dict]:
     rows = []
     for label, run in ((result["steps"].get("throughput") or {}).get("runs") or {}).items():
         for r in run.get("rows", []):
-            rows.append({"run": label, "d_model": run["d_model"], "compile": run["compile"], "batch": run["batch"],
+            rows.append({"run": label, "d_model": run["d_model"], "compile": "compiled" if run["compile"] else "eager",
+                         "batch": run["batch"],
                          "seq_len": run["seq_len"], "n_layers": run["n_layers"], **r})
     return rows
 
@@ -122,9 +124,9 @@ def gpu_report(result: dict) -> str:
         + f", wall time {result['wall_s']:.0f} s (budget {cfg['budget_s']:.0f} s)"
         + "\n- every case sized itself from the free device memory (free_fraction="
         + f"{cfg['free_fraction']}); what did not fit is listed under Skipped")
-    parts.append("## SDPA kernel that training runs (forward+backward, heads of 64, torch's own choice)\n\n"
-                 + md_table(result["sdpa_kernels"], [("attention", "attention", ""), ("padding", "padding", ""),
-                                                     ("kernel", "kernel", "")]))
+    parts.append("## SDPA kernel that training runs (forward+backward of the sdpa backend, torch's own choice)\n\n"
+                 + md_table(result["sdpa_kernels"], [("attention", "attention", ""), ("d_head", "d_head", "d"),
+                                                     ("padding", "padding", ""), ("kernel", "kernel", "")]))
     t = steps.get("tests")
     parts.append("## 1. Tests (`pytest -m gpu tests/test_gpu.py`)\n\n" + _step_line("tests", t) + (
         f"; {t['passed']} passed, {t['failures']} failed, {t['errors']} errors, {t['skipped']} skipped "
@@ -156,7 +158,9 @@ def gpu_report(result: dict) -> str:
             f"{k} {r['peak_tflops']:.4g} TFLOP/s" for k, r in runs.items() if "peak_tflops" in r)
             + ". Sizes: n_layers " + ", ".join(sorted({str(r['n_layers']) for r in runs.values() if 'n_layers' in r}))
             + ", seq_len " + ", ".join(sorted({str(r['seq_len']) for r in runs.values() if 'seq_len' in r}))
-            + ", heads of 64, d_ff = 4 d_model; each run's folder has its report.md and plot.")
+            + ", d_head " + ", ".join(sorted({str(r['d_head']) for r in runs.values() if 'd_head' in r}))
+            + "; d_ff " + ", ".join(f"{r['d_ff']} at d_model {r['d_model']}" for r in runs.values() if "d_ff" in r)
+            + "; each run's folder (`throughput/<run>/`) has its report.md and plot.")
         stats = [{"run": k, **s} for k, r in runs.items() for s in r.get("stats", [])]
         lines.append(md_table(stats, [("run", "run", ""), ("stats_pass_ms", "statistics pass ms", ".1f"),
                                       ("every_n_steps", "every n steps", "d"),
@@ -172,8 +176,8 @@ def gpu_report(result: dict) -> str:
                                 f["fit_all"]), "local": ", ".join(f"{s:.2f}" for _, _, s in f["local"])}
                                for f in fits], [("backend", "backend", ""), ("metric", "metric", ""),
                                                 ("fit", "exponent b (y ~ n^b)", ""), ("local", "local slopes", "")]))
-        lines.append("![time](complexity/scaling_time.png) ![memory](complexity/scaling_memory.png) "
-                     "![equal cost](complexity/equal_cost.png)\n\nTables: `complexity/report.md`.")
+        lines.append(" ".join(f"![{Path(p).stem}]({p})" for p in cx.get("plots", []))
+                     + "\n\nTables: `complexity/report.md`.")
     parts.append("## 4. Complexity: one attention layer against n, and equal-cost heads\n\n" + "\n\n".join(lines))
     dc = steps.get("decode")
     lines = [_step_line("decode", dc)]
@@ -183,7 +187,7 @@ def gpu_report(result: dict) -> str:
             ("n_kv_heads", "kv heads", "d"), ("cache_mib", "cache MiB", ".1f"), ("latency_ms", "ms / token", ".3f"),
             ("speedup_vs_mha", "speed-up vs MHA", ".2f"), ("implied_gb_per_s", "bytes read / latency GB/s", ".0f"),
             ("cache_filled_by", "cache from", "")]))
-        lines.append("![decode](decode/decode.png)")
+        lines.append(" ".join(f"![{Path(p).stem}]({p})" for p in dc.get("plots", [])))
     parts.append("## 5. Decoding with a KV cache: MQA / GQA against MHA\n\n" + "\n\n".join(lines))
     skipped = [s for key in ("complexity", "decode") for s in (steps.get(key) or {}).get("skipped") or []]
     skipped += [f"{k}: {s['note']}" for k, s in steps.items() if s.get("status") == "skipped"]
