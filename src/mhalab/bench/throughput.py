@@ -12,11 +12,12 @@ process (`timing.interleaved`); the figure that carries over between machines an
 The statistics figure is the callback's own pass: `HeadStatsCallback.measure` on the AttentionLitModule (attention
 weights through the math path, every statistic, head and KV-group similarity), on a padded probe batch, timed once
 per round outside autocast as in a run; and once, the end-of-training extras (importance over
-`stats.importance_batches` batches, the pictures) through the callback's own code.
+`stats.importance_batches` batches, the pictures, drawn into a temporary folder) through the callback's own code.
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 
@@ -159,7 +160,8 @@ def run_train(cfg) -> dict:
     t0 = time.perf_counter()
     every = cfg.stats.every_n_steps
     for h in cfg.n_heads:
-        pair = train_pair(cfg, h, device, out / "stats_plots" / f"heads{h}")
+        with tempfile.TemporaryDirectory(prefix="mhalab-bench-plots-") as plot_dir:  # timed, then thrown away
+            pair = train_pair(cfg, h, device, Path(plot_dir))
         step_s = {name: median(ts) for name, ts in pair["samples_s"].items()}
         if cfg.stats.enabled:
             pass_s = median(pair["stats_samples_s"])
