@@ -209,6 +209,19 @@ def test_cases_that_would_not_fit_are_skipped_saying_so(tmp_path):
     assert "## Skipped (would not fit in memory)" in (tmp_path / "report.md").read_text()
 
 
+def test_a_case_that_runs_out_of_memory_is_skipped_saying_so(tmp_path, monkeypatch):
+    def oom(spec):
+        if spec["n"] == 32:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return {}
+
+    monkeypatch.setattr(complexity, "run_memory", oom)
+    cfg = config.parse("complexity", [*TINY_COMPLEXITY, "sections=[scaling]", "backends=[sdpa]", "plots=false",
+                                      f"out_dir={tmp_path}"])
+    res = complexity.run_complexity(cfg)
+    assert [r["n"] for r in res["scaling"]] == [16] and "out of memory" in res["skipped"][0]
+
+
 TINY_TRAIN = ["threads=1", "n_heads=[2]", "d_model=16", "n_layers=1", "d_ff=32", "seq_len=8", "batch=2",
               "vocab_size=20", "rounds=2", "steps_per_round=1", "warmup_steps=1", "stats.probe_size=2",
               "stats.every_n_steps=2", "stats.importance_batches=1", "stats.plots=false", "peak_matmul_size=64",

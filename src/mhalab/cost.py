@@ -45,6 +45,11 @@ def kv_cache_bytes(n_kv_heads: int, d_head: int, bytes_per_element: int = 4, n_t
     return 2 * n_kv_heads * d_head * bytes_per_element * n_tokens * n_layers * batch_size
 
 
+def matmul_flops(m: int, k: int, n: int) -> int:
+    """An (m, k) @ (k, n) product: m * n dot products of length k, a multiply-add each."""
+    return 2 * m * k * n
+
+
 def feedforward_flops(n: int, d_model: int, d_ff: int) -> int:
     return 2 * 2 * n * d_model * d_ff
 

@@ -30,9 +30,9 @@ import torch
 from mhalab.attention import MultiHeadAttention
 from mhalab.bench import output
 from mhalab.bench.fit import local_exponents, loglog_fit
-from mhalab.bench.timing import (MIB, free_memory_bytes, interleaved, loadavg, peak_rss_mib, release,
-                                 reset_peak_rss, resolve_device, resolve_dtype, rss_mib, sdpa_context, sdpa_kernels,
-                                 kernel_name, summary_ms)
+from mhalab.bench.timing import (MIB, free_memory_bytes, interleaved, kernel_name, loadavg, out_of_memory,
+                                 peak_rss_mib, release, reset_peak_rss, resolve_device, resolve_dtype, rss_mib,
+                                 sdpa_context, sdpa_kernels, size, summary_ms)
 from mhalab.cost import attention_flops, attention_peak_bytes, attention_score_bytes, attention_train_flops, \
     measured_flops
 from mhalab.heads import resolve_heads
@@ -201,15 +201,24 @@ def run_cases(specs: list[dict], cfg, label: str) -> tuple[list[dict], list[str]
                                     elt, spec["batch"])
         limit = memory_limit(cfg, torch.device(spec["device"]))
         if need > limit:
-            skipped.append(f"{label}: {_describe(spec)} skipped: predicted peak {need / 2 ** 30:.1f} GiB > "
-                           f"{limit / 2 ** 30:.1f} GiB allowed (free_fraction={cfg.free_fraction} of free memory"
+            skipped.append(f"{label}: {_describe(spec)} skipped: predicted peak {size(need)} > {size(limit)} "
+                           f"allowed (free_fraction={cfg.free_fraction} of free memory"
                            f"{f', max_case_gib={cfg.max_case_gib}' if cfg.max_case_gib else ''})")
-            print(f"{head}: {skipped[-1]}", flush=True)
+            print(f"{head}: skipped", flush=True)
             continue
         row = {k: spec[k] for k in ("n",) + SHAPE_KEYS}
         row["scores_mib"] = attention_score_bytes(spec["n"], spec["n_heads"], elt, batch_size=spec["batch"]) / MIB
-        row.update(run_memory(spec))
-        row.update(count_case(spec))
+        try:
+            row.update(run_memory(spec))
+            row.update(count_case(spec))
+        except RuntimeError as e:
+            if not out_of_memory(e):
+                raise
+            skipped.append(f"{label}: {_describe(spec)} skipped: out of memory although predicted to fit "
+                           f"({size(need)})")
+            print(f"{head}: {skipped[-1]}", flush=True)
+            release(torch.device(spec["device"]))
+            continue
         mem = (f", peak fwd/fwd+bwd {row['mem_fwd_mib']:.1f}/{row['mem_fwdbwd_mib']:.1f} MiB"
                if "mem_fwd_mib" in row else "")
         print(f"{head}: {row['kernel']}, FLOPs counted {'=' if row['flops_match'] else '!='} closed form{mem}",

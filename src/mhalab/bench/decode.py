@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from mhalab.bench.timing import MIB, median, release, resolve_dtype, sync
+from mhalab.bench.timing import MIB, median, out_of_memory, release, resolve_dtype, size, sync
 from mhalab.cost import attention_peak_bytes, decode_step_bytes, encoder_params, kv_cache_bytes
 from mhalab.model import LanguageModel
 from mhalab.schema import Architecture, AttentionConfig, ModelConfig
@@ -130,12 +130,21 @@ def decode_section(cfg, device: torch.device) -> tuple[list[dict], list[str]]:
         head = f"[decode {i + 1}/{len(groups)}] {backend:<4} B={B:<3} L={L:<6}"
         need, limit = group_bytes(specs, dtype), memory_limit(cfg, device)
         if need > limit:
-            skipped.append(f"decode: {backend} B={B} context={L} skipped: predicted {need / 2 ** 30:.1f} GiB > "
-                           f"{limit / 2 ** 30:.1f} GiB allowed")
+            skipped.append(f"decode: {backend} B={B} context={L} skipped: predicted {size(need)} > {size(limit)} "
+                           "allowed")
+            print(f"{head} {skipped[-1]}", flush=True)
+            continue
+        try:
+            results = decode_group(specs, device, dtype)
+        except RuntimeError as e:
+            if not out_of_memory(e):
+                raise
+            release(device)
+            skipped.append(f"decode: {backend} B={B} context={L} skipped: out of memory although predicted to fit")
             print(f"{head} {skipped[-1]}", flush=True)
             continue
         group = []
-        for spec, res in zip(specs, decode_group(specs, device, dtype)):
+        for spec, res in zip(specs, results):
             row = {k: spec[k] for k in ("backend", "batch", "context", "n_heads", "n_kv_heads", "d_model", "n_layers")}
             row.update(res)
             group.append(row)

@@ -35,7 +35,7 @@ from mhalab.bench import output
 from mhalab.bench.gpu_report import claim_rows, gpu_report
 from mhalab.bench.config import ComplexityConfig, DecodeConfig, EqualCostConfig, GridConfig, ThroughputConfig
 from mhalab.bench.timing import free_memory_bytes, kernel_name, machine_info, release, sdpa_kernels
-from mhalab.cost import encoder_params, training_bytes
+from mhalab.cost import training_bytes
 from mhalab.errors import ConfigError
 from mhalab.schema import StatsConfig
 
@@ -203,9 +203,8 @@ def _train(cfg, out: Path, device, budget: Budget) -> dict:
 
 
 def throughput_configs(cfg, device) -> list[tuple[str, ThroughputConfig | None, str]]:
-    """(label, config or None, note) per d_model x compile; the batch is the largest power of two up to max_batch
-    whose training memory (`cost.training_bytes`, x1.5, plus the second model's parameters and optimizer) fits
-    free_fraction of the free memory; a size where not even batch 1 fits is None with a note."""
+    """(label, config or None, note) per d_model x compile, the batch from `fitting_batch`; a size where not even
+    batch 1 fits free_fraction of the free memory is None with a note."""
     stats = StatsConfig(probe_size=8 if not cfg.dry_run else 2, importance_batches=2 if cfg.dry_run else 8,
                         plots=False)
     if cfg.dry_run:
@@ -216,10 +215,9 @@ def throughput_configs(cfg, device) -> list[tuple[str, ThroughputConfig | None, 
                       vocab_size=1024) for d in cfg.d_models]
     out = []
     for size in sizes:
-        base = dict(device=str(device), threads=1 if cfg.dry_run else None, amp_bf16=True, dropout=0.0,
-                    rounds=2 if cfg.dry_run else 5,
-                    steps_per_round=1 if cfg.dry_run else 3, warmup_steps=1 if cfg.dry_run else 3, stats=stats,
-                    plots=True, seed=0, **size)
+        dry = cfg.dry_run
+        base = dict(device=str(device), threads=1 if dry else None, amp_bf16=True, dropout=0.0, stats=stats,
+                    rounds=2 if dry else 5, steps_per_round=1 if dry else 3, warmup_steps=1 if dry else 3, **size)
         if "batch" not in base:
             base["batch"] = fitting_batch(ThroughputConfig(**base, batch=1), cfg, device)
         for compiled in cfg.compile:
@@ -234,14 +232,12 @@ def throughput_configs(cfg, device) -> list[tuple[str, ThroughputConfig | None, 
 
 
 def fitting_batch(tc: ThroughputConfig, cfg, device) -> int | None:
+    """The largest power of two up to max_batch whose training (`cost.training_bytes`, with a margin of 1.5) fits
+    beside the second model's weights and optimizer state (`training_bytes` of no batch); None if 1 does not."""
     arch = tc.architecture(tc.n_heads[0])
-    limit = cfg.free_fraction * free_memory_bytes(device)
-    batch = None
-    b = 1
-    while b <= cfg.max_batch:
-        need = 1.5 * training_bytes(arch, b, tc.seq_len, tc.stats.probe_size) + 16 * encoder_params(arch)
-        if need > limit:
-            break
+    limit = cfg.free_fraction * free_memory_bytes(device) - training_bytes(arch, 0, tc.seq_len)
+    batch, b = None, 1
+    while b <= cfg.max_batch and 1.5 * training_bytes(arch, b, tc.seq_len, tc.stats.probe_size) <= limit:
         batch, b = b, 2 * b
     return batch
 
@@ -260,8 +256,7 @@ def _throughput(cfg, out: Path, device, budget: Budget) -> dict:
         res = run_train(tc)
         runs[label] = {"status": "ok", "out_dir": f"throughput/{label}", "rows": res["rows"], "stats": res["stats"],
                        "d_model": tc.d_model, "d_head": tc.d_model // tc.n_heads[0], "d_ff": tc.d_ff,
-                       "n_layers": tc.n_layers,
-                       "batch": tc.batch, "seq_len": tc.seq_len, "compile": tc.compile,
+                       "n_layers": tc.n_layers, "batch": tc.batch, "seq_len": tc.seq_len, "compile": tc.compile,
                        "peak_tflops": res["machine"]["peak_matmul_tflops_measured"]}
         release(device)
     return {"status": "ok", "runs": runs}

@@ -18,6 +18,7 @@ import time
 
 import torch
 
+from mhalab.cost import matmul_flops
 from mhalab.errors import ConfigError
 
 MIB = 2.0 ** 20
@@ -133,6 +134,16 @@ def free_memory_bytes(device: torch.device) -> int:
     return 8 * 2 ** 30
 
 
+def size(nbytes: float) -> str:
+    """'1.5 GiB', or MiB below one GiB."""
+    return f"{nbytes / 2 ** 30:.1f} GiB" if nbytes >= 2 ** 30 else f"{nbytes / 2 ** 20:.1f} MiB"
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """True for an allocation failure (CUDA or CPU), which a benchmark records as a skipped case."""
+    return isinstance(e, torch.cuda.OutOfMemoryError) or "out of memory" in str(e).lower()
+
+
 def release(device: torch.device) -> None:
     """Give cached CUDA memory back, so the next case's free memory is what is really free (CPU tensors go when
     their last reference does)."""
@@ -236,4 +247,4 @@ def measure_peak_flops(device: torch.device, dtype: torch.dtype, size: int | Non
     a = torch.randn(size, size, generator=g).to(device, dtype)
     b = torch.randn(size, size, generator=g).to(device, dtype)
     times = interleaved([lambda: a @ b], repeats, device, warmup=2)[0]
-    return 2.0 * size ** 3 / min(times)
+    return matmul_flops(size, size, size) / min(times)
