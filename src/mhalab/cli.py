@@ -141,8 +141,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     if command in PASS_THROUGH:
         sys.argv = [f"mhalab {command}"] + rest
-        importlib.import_module(PASS_THROUGH[command]).main(rest)
-        return
+        sys.exit(importlib.import_module(PASS_THROUGH[command]).main(rest))
     sys.exit(run_command(command, rest))
 
 

@@ -45,6 +45,11 @@ def kv_cache_bytes(n_kv_heads: int, d_head: int, bytes_per_element: int = 4, n_t
     return 2 * n_kv_heads * d_head * bytes_per_element * n_tokens * n_layers * batch_size
 
 
+def matmul_flops(m: int, k: int, n: int) -> int:
+    """An (m, k) @ (k, n) product: m * n dot products of length k, a multiply-add each."""
+    return 2 * m * k * n
+
+
 def feedforward_flops(n: int, d_model: int, d_ff: int) -> int:
     return 2 * 2 * n * d_model * d_ff
 
@@ -95,22 +100,68 @@ def model_cost(arch: Architecture, seq_len: int, bytes_per_element: int = 4) -> 
 
 
 def memory_estimate(train_cfg) -> int:
-    """Bytes a training run needs at least, before any data is read (a `mhalab.schema.TrainConfig`):
-    parameters, gradients and AdamW's two moments in float32, the positional tables, and the activations of one
-    batch (about 16 d_model + 2 d_ff + 3 H*D floats per token per layer, plus the (H, T, T) weights the
-    statistics probe materialises). Deliberately a lower bound: it refuses what cannot fit, not what might not."""
+    """Bytes a training run needs at least, before any data is read (a `mhalab.schema.TrainConfig`): see
+    `training_bytes`. Deliberately a lower bound: it refuses what cannot fit, not what might not."""
     d = train_cfg.data
     vocab = max(d.vocab_size, 261)  # bpe trains at most vocab_size tokens; byte-level has 261
     arch = train_cfg.architecture(vocab, d.objective or "classification", max(2, d.n_classes or 2))
+    probe = train_cfg.stats.probe_size if train_cfg.stats.enabled else 0
+    return training_bytes(arch, d.batch_size, d.max_len, probe)
+
+
+def training_bytes(arch: Architecture, batch_size: int, seq_len: int, probe_size: int = 0) -> int:
+    """Bytes of float32 training at least: parameters, gradients and AdamW's two moments, the positional tables,
+    the activations of one batch (about 16 d_model + 2 d_ff + 3 H*D floats per token per layer, plus the logits of
+    a language model) and the (H, T, T) weights per layer that a statistics probe of probe_size examples holds."""
     m, a = arch.model, arch.attention
-    params = encoder_params(arch)
     tables = (2 * m.max_len * a.d_head if m.pos == "rotary" else m.max_len * m.d_model if m.pos == "sinusoidal"
               else 0)
-    B, T = d.batch_size, d.max_len
+    B, T = batch_size, seq_len
     per_token_layer = 16 * m.d_model + 2 * m.d_ff + 3 * a.n_heads * a.d_head
-    activations = B * T * m.n_layers * per_token_layer + B * T * vocab * int(arch.objective != "classification")
-    probe = train_cfg.stats.probe_size * a.n_heads * T * T * m.n_layers if train_cfg.stats.enabled else 0
-    return 4 * (4 * params + tables + activations + probe)
+    lm_logits = B * T * arch.vocab_size * int(arch.objective != "classification")
+    activations = B * T * m.n_layers * per_token_layer + lm_logits
+    probe = probe_size * a.n_heads * T * T * m.n_layers
+    return 4 * (4 * encoder_params(arch) + tables + activations + probe)
+
+
+def train_flops(arch: Architecture, n: int) -> int:
+    """Forward+backward FLOPs of the whole model on one sequence of n tokens: 3x the forward matmuls (the backward
+    computes the gradients of inputs and weights, two matmuls per forward one). Model FLOPs, as MFU counts them."""
+    return 3 * encoder_flops(arch, n)["total"]
+
+
+def attention_train_flops(n: int, d_model: int, n_heads: int, d_head: int, n_kv_heads: int | None = None,
+                          recompute_scores: bool = False) -> int:
+    """Forward+backward FLOPs of one attention layer on one sequence, input gradient included: 3x the forward, plus
+    one more Q K^T when the backward recomputes the scores instead of storing them (the fused SDPA kernels)."""
+    fwd = attention_flops(n, d_model, n_heads, d_head, n_kv_heads)
+    return 3 * fwd["total"] + (fwd["scores"] if recompute_scores else 0)
+
+
+def attention_score_bytes(n: int, n_heads: int, bytes_per_element: int = 4, n_keys: int | None = None,
+                          batch_size: int = 1) -> int:
+    """Bytes of one (B, n_heads, n, n_keys) score or weight tensor: what the math path materialises per step."""
+    return batch_size * n_heads * n * (n if n_keys is None else n_keys) * bytes_per_element
+
+
+def attention_peak_bytes(n: int, d_model: int, n_heads: int, d_head: int, backend: str, bytes_per_element: int = 4,
+                         batch_size: int = 1) -> int:
+    """A rough upper estimate of one attention layer's forward+backward peak beyond its parameters: about 12
+    (B, n, max(d_model, H*D)) activations, and on the math path per score element the scores, their scaled copy,
+    a float32 copy, the float32 softmax and its cast back (3 * bytes_per_element + 8 bytes). Fused kernels keep
+    no (n, n) tensor. Used to skip cases that would not fit."""
+    act = 12 * batch_size * n * max(d_model, n_heads * d_head) * bytes_per_element
+    scores = attention_score_bytes(n, n_heads, 3 * bytes_per_element + 8, batch_size=batch_size)
+    return act + (scores if backend == "math" else 0)
+
+
+def decode_step_bytes(arch: Architecture, n_tokens: int, batch_size: int = 1, bytes_per_element: int = 4) -> int:
+    """The fewest bytes one incremental-decoding step must read: every weight once (the tied LM head reads the whole
+    token embedding) except the positional table, of which one row is used, plus the whole KV cache of n_tokens."""
+    m, a = arch.model, arch.attention
+    weights = encoder_params(arch) - (m.max_len * m.d_model if m.pos == "learned" else 0)
+    cache = kv_cache_bytes(a.n_kv_heads, a.d_head, bytes_per_element, n_tokens, m.n_layers, batch_size)
+    return weights * bytes_per_element + cache
 
 
 def measured_flops(fn, *args, **kwargs) -> int:

@@ -5,7 +5,7 @@
 `loglog_fit` fits b (the exponent) by ordinary least squares on (log x, log y) and returns it with its standard
 error, a 95% confidence interval (Student t) and the x range actually used; `local_exponents` gives the slope
 between consecutive points, which shows where a power law holds and where it bends (constant overheads at small
-x, cache or memory-bandwidth effects at large x). numpy only.
+x, cache or memory-bandwidth effects at large x). numpy; the t quantile is `mhalab.inference.t_quantile`.
 """
 
 from __future__ import annotations
@@ -14,16 +14,7 @@ import math
 
 import numpy as np
 
-# two-sided 95% Student t quantiles t_{0.975, df}, df = 1..30; 1.96 beyond
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
-def t975(df: int) -> float:
-    """Two-sided 95% quantile of Student's t with df degrees of freedom (nan for df < 1)."""
-    if df < 1:
-        return float("nan")
-    return _T975[df - 1] if df <= len(_T975) else 1.96
+from mhalab.inference import t_quantile
 
 
 def loglog_fit(x, y, min_x: float | None = None, max_x: float | None = None) -> dict:
@@ -56,7 +47,7 @@ def loglog_fit(x, y, min_x: float | None = None, max_x: float | None = None) -> 
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
     if k > 2:
         se = math.sqrt(ss_res / (k - 2) / sxx)
-        half = t975(k - 2) * se
+        half = t_quantile(0.975, k - 2) * se
     else:
         se = half = float("nan")
     return {"exponent": b, "prefactor": float(math.exp(a)), "stderr": se, "ci95": (b - half, b + half), "r2": r2,
