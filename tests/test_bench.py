@@ -305,9 +305,10 @@ def test_gpu_dry_run_writes_the_folder_and_a_report_without_gpu_figures(tmp_path
     res = bench.run("gpu", config.parse("gpu", ["dry_run=true", f"out={tmp_path}", "compile=[false]"]))
     assert res["exit_status"] == 0 and {k: s["status"] for k, s in res["steps"].items()} == {
         "tests": "ok", "train": "ok", "throughput": "ok", "complexity": "ok", "decode": "ok"}
-    pytest_cmd, train_cmd = commands
+    pytest_cmd, *train_cmds = commands
     assert pytest_cmd[1:5] == ["-m", "pytest", "-m", "gpu"] and pytest_cmd[5].endswith("tests/test_gpu.py")
-    assert train_cmd[1:3] == ["-m", "mhalab.train"] and "trainer.accelerator=cpu" in train_cmd
+    assert [c[1:3] for c in train_cmds] == [["-m", "mhalab.train"]] * 2  # the default task and mqar
+    assert all("trainer.accelerator=cpu" in c for c in train_cmds) and any("data=mqar" in c for c in train_cmds)
     for path in ("report.md", "summary.json", "tests/pytest.log", "tests/junit.xml", "train/bbc_news-summary.json",
                  "throughput/d32-eager/report.md", "throughput/d32-eager/results.json", "complexity/report.md",
                  "complexity/scaling_time.png", "complexity/equal_cost.png", "decode/decode.png"):

@@ -129,8 +129,14 @@ def aggregate(runs: list[tuple[Path, RunSummary]], metric: str | None = None) ->
             "tokens_per_s": _mean([s.timings.get("tokens_per_s") for _, s in members]),
             "fit_s": _mean([s.timings.get("fit_s") for _, s in members]),
             "baselines": first.baselines, "run_dirs": [str(j) for j, _ in members]})
-    rows.sort(key=lambda r: tuple(r[k] if isinstance(r[k], (int, float)) else -1 for k in DESIGN) + (r["config"],))
+    rows.sort(key=_order)
     return rows, swept
+
+
+def _order(r: dict) -> tuple:
+    """Rows by head count, then MHA -> GQA -> MQA, then head width and the rest."""
+    num = lambda k: r[k] if isinstance(r.get(k), (int, float)) else 0  # noqa: E731
+    return (num("n_heads"), -num("n_kv_heads"), num("d_head"), num("d_ff"), num("d_model"), r["config"])
 
 
 def _mean(xs) -> float | None:
@@ -164,7 +170,8 @@ def add_paired(rows: list[dict], baseline: str | None = None) -> dict | None:
 def md_escape(text: Any) -> str:
     """Text for a Markdown table cell: markup characters escaped, one line, bounded length."""
     s = str(text).replace("\r", " ").replace("\n", " ")
-    s = "".join("\\" + c if c in "\\|`*_[]<>#!" else c for c in s)
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")  # no HTML gets through
+    s = "".join("\\" + c if c in "\\|`*[]" else c for c in s)
     return s if len(s) <= 300 else s[:297] + "..."
 
 
