@@ -91,3 +91,20 @@ def arch(vocab_size: int = 50, objective: str = "classification", n_classes: int
 
 def summaries(root: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(root.rglob("summary.json"))]
+
+
+@pytest.fixture(scope="session")
+def tiny_runs(tmp_path_factory, data_cache) -> list[Path]:
+    """Two seeds of a tiny 2-layer, 4-head masked LM, trained once per session (ablate, convert and plots read
+    them): their run directories."""
+    from mhalab.train import main
+
+    root = tmp_path_factory.mktemp("tiny_runs")
+    try:
+        main(["-m", *TINY, "data=bbc_news_mlm", "attention.n_heads=4", "model.n_layers=2", "stats.plots=false",
+              "seed=0,1", f"paths.root_dir={root}", f"data.cache_dir={data_cache}"])
+    except SystemExit as e:
+        assert not e.code, e.code
+    runs = sorted((p.parent for p in root.rglob("summary.json")), key=lambda d: int(d.name))
+    assert len(runs) == 2
+    return runs

@@ -8,40 +8,21 @@ import sys
 
 import pytest
 import torch
-from conftest import TINY
 
-from mhalab.ablate import (MeanAblation, eval_batches, evaluate, main,
-                           pruning_curve, single_head_ablation)
-from mhalab.checkpoint import build_data, load_module, load_run_config
-
-
-def tiny_checkpoint(tmp_path_factory) -> str:
-    """A tiny 2-layer, 4-head classifier trained for 3 steps; trained once per test session (test_convert too)."""
-    root = tmp_path_factory.getbasetemp() / "mhalab_tiny_ckpt"
-    done = root / "best.txt"
-    if done.is_file():
-        return done.read_text()
-    root.mkdir(exist_ok=True)
-    args = [sys.executable, "-m", "mhalab.train"] + TINY + [
-        "attention.n_heads=4", "model.n_layers=2", "stats.plots=false", f"data.cache_dir={root / 'cache'}"]
-    env = {**os.environ, "MHALAB_ROOT": str(root), "WANDB_SILENT": "true"}
-    env.pop("MHALAB_RUN_ID", None)
-    p = subprocess.run(args, cwd=root, env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
-    summary = json.loads(next(root.rglob("summary.json")).read_text())
-    done.write_text(summary["checkpoints"]["best"])
-    return summary["checkpoints"]["best"]
+from mhalab.ablate import MeanAblation, main, pruning_curve, random_orders, single_head_ablation, split_batches
+from mhalab.checkpoint import build_data, load_module, load_run
+from mhalab.evaluation import evaluate
 
 
 @pytest.fixture(scope="module")
-def tiny_ckpt(tmp_path_factory):
-    return tiny_checkpoint(tmp_path_factory)
+def ckpts(tiny_runs):
+    return [run / "checkpoints" / "last.ckpt" for run in tiny_runs]
 
 
 @pytest.fixture(scope="module")
-def loaded(tiny_ckpt):
-    module = load_module(tiny_ckpt)
-    batches = eval_batches(build_data(load_run_config(tiny_ckpt)), "validation", 2)
+def loaded(ckpts):
+    module = load_module(ckpts[0])
+    batches = split_batches(build_data(load_run(ckpts[0])[1]), "validation", 2)
     return module, batches
 
 
@@ -92,22 +73,42 @@ def test_pruning_curve_starts_unpruned_and_ends_with_every_head(loaded):
     assert all(g.eq(1).all() for g in (l.head_gate for l in module.attention_layers()))
 
 
-def test_cli_writes_tables_and_plots(tiny_ckpt, tmp_path, capsys):
-    main([tiny_ckpt, f"out={tmp_path / 'abl'}", "batches=2"])
+def test_random_orders_are_seeded_permutations_of_the_heads(loaded):
+    module, batches = loaded
+    a, b = random_orders(module, 3, seed=0), random_orders(module, 3, seed=0)
+    assert a == b and len({tuple(o) for o in a}) == 3
+    assert all(sorted(o) == [(l, h) for l in range(2) for h in range(4)] for o in a)
+    curve = pruning_curve(module, batches, step=0.25, order=a[0])
+    assert curve[1]["pruned_now"] == " ".join(f"L{l}H{h}" for l, h in a[0][:2])
+
+
+def test_cli_scores_on_validation_evaluates_on_test_against_random_orders_over_seeds(ckpts, tmp_path, capsys):
+    main([*map(str, ckpts), f"out={tmp_path / 'abl'}", "batches=2", "random_orders=3", "step=0.25"])
     out = tmp_path / "abl"
     for f in ("heads.md", "heads.csv", "pruning.md", "pruning.csv", "ablation.json", "ablation_heatmap.png",
               "pruning_curve.png"):
         assert (out / f).exists(), f
     with (out / "heads.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert rows[0]["head"] == "none" and len(rows) == 1 + 8
-    assert sorted(int(r["rank"]) for r in rows[1:]) == list(range(1, 9))
-    with (out / "pruning.csv").open() as f:
-        curve = list(csv.DictReader(f))
-    assert int(curve[0]["n_pruned"]) == 0 and int(curve[-1]["n_pruned"]) == 8 and len(curve) == 9  # 10%: 1 of 8
+    assert len(rows) == 2 * 8 and sorted(int(r["rank"]) for r in rows[:8]) == list(range(1, 9))
+    result = json.loads((out / "ablation.json").read_text())
+    assert result["importance_split"] == "validation" and result["eval_split"] == "test" and result["key"] == "bpb"
+    curve = result["pruning"]
+    assert [r["n_pruned"] for r in curve] == [0, 2, 4, 6, 8]
+    first = curve[1]
+    assert first["random_p10"] <= first["random_bpb"] <= first["random_p90"]
+    assert first["importance_ci95_low"] <= first["importance_bpb"] <= first["importance_ci95_high"]
+    assert first["diff_n"] == 2 and first["diff_verdict"] in ("separated", "not separated")
+    assert curve[0]["diff_mean"] == pytest.approx(0, abs=1e-9) == curve[-1]["diff_mean"]  # the same ends
+    assert "random orders" in (out / "pruning.md").read_text()
 
 
-def test_bad_checkpoint_is_a_one_sentence_error(tmp_path, capsys):
-    with pytest.raises(SystemExit) as e:
-        main([str(tmp_path / "missing.ckpt")])
-    assert e.value.code == 2 and capsys.readouterr().err.startswith("error: checkpoint")
+def test_bad_checkpoint_and_flags_are_one_sentence_errors(ckpts, tmp_path, capsys):
+    for argv, message in (([str(tmp_path / "missing.ckpt")], "error: checkpoint"),
+                          ([str(ckpts[0]), "--step", "0"], "error: --step=0.0"),
+                          ([str(ckpts[0]), "--random-orders", "-1"], "error: --random-orders=-1"),
+                          ([str(ckpts[0]), "--threads", "0"], "error: --threads=0")):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.startswith(message) and "Traceback" not in err, (argv, err)

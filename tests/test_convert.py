@@ -1,23 +1,25 @@
 """mhalab.convert: MHA -> GQA mean-pooling (Ainslie et al. 2023), first/random inits, identity, errors, CLI."""
 
+import dataclasses
 import json
 
 import pytest
 import torch
-from test_ablate import tiny_checkpoint
+from conftest import arch
 
 from mhalab.convert import convert_module, main
 from mhalab.errors import ConfigError
 from mhalab.module import AttentionLitModule
+from mhalab.schema import OptimConfig
 
-OPTIM = {"lr": 1e-3, "weight_decay": 0.0, "warmup_steps": 0}
+OPTIM = dataclasses.asdict(OptimConfig(lr=1e-3, weight_decay=0.0, warmup_steps=0))
 
 
 def mha(n_heads=4, d_model=16, n_kv_heads=None, objective="classification"):
     torch.manual_seed(0)
-    cfg = {"vocab_size": 20, "max_len": 12, "d_model": d_model, "n_layers": 2, "n_heads": n_heads,
-           "n_kv_heads": n_kv_heads, "d_ff": 32, "dropout": 0.0}
-    m = AttentionLitModule(cfg, objective, 3 if objective == "classification" else None, OPTIM)
+    a = arch(20, objective, 3 if objective == "classification" else None, max_len=12, d_model=d_model, n_layers=2,
+             n_heads=n_heads, n_kv_heads=n_kv_heads, d_ff=32, dropout=0.0)
+    m = AttentionLitModule(a.to_dict(), OPTIM, [1] * 20 if objective != "classification" else None)
     for p in m.parameters():  # distinct values everywhere, biases included
         torch.nn.init.normal_(p, std=0.3)
     return m.eval()
@@ -34,7 +36,7 @@ def batch():
 def test_mean_pool_gives_group_means_of_k_and_v_rows():
     src = mha(n_heads=4)
     new = convert_module(src, 2, "mean")
-    d = src.model_cfg.d_head
+    d = src.arch.attention.d_head
     for a, b in zip(src.attention_layers(), new.attention_layers()):
         assert b.n_kv_heads == 2 and b.k_proj.weight.shape == (2 * d, 16)
         for proj in ("k_proj", "v_proj"):
@@ -54,7 +56,7 @@ def test_first_copies_the_first_head_and_random_is_fresh():
     src = mha(n_heads=4)
     first = convert_module(src, 1, "first")
     rand = convert_module(src, 1, "random", seed=3)
-    d = src.model_cfg.d_head
+    d = src.arch.attention.d_head
     a, b, r = src.attention_layers()[0], first.attention_layers()[0], rand.attention_layers()[0]
     assert torch.equal(b.k_proj.weight, a.k_proj.weight[:d]) and torch.equal(b.v_proj.bias, a.v_proj.bias[:d])
     assert r.k_proj.weight.std().item() == pytest.approx(0.02, rel=0.5) and r.k_proj.bias.abs().sum() == 0
@@ -73,11 +75,11 @@ def test_gqa_source_pools_further_and_reads_the_same_heads():
     src = mha(n_heads=4, n_kv_heads=2)
     new = convert_module(src, 1, "mean")
     a, b = src.attention_layers()[0], new.attention_layers()[0]
-    d = src.model_cfg.d_head
+    d = src.arch.attention.d_head
     assert torch.allclose(b.k_proj.weight, (a.k_proj.weight[:d] + a.k_proj.weight[d:]) / 2)
 
 
-@pytest.mark.parametrize("g, msg", [(3, "must divide n_heads"), (0, "positive integer")])
+@pytest.mark.parametrize("g, msg", [(3, "must divide n_heads"), (0, "--n-kv-heads=0: --n-kv-heads must be an integer >= 1")])
 def test_wrong_architecture_is_a_config_error(g, msg):
     with pytest.raises(ConfigError, match=msg):
         convert_module(mha(n_heads=4), g)
@@ -87,19 +89,23 @@ def test_wrong_architecture_is_a_config_error(g, msg):
         convert_module(mha(n_heads=4), 2, "median")
 
 
-def test_cli_converts_uptrains_and_compares(tmp_path, tmp_path_factory, capsys):
-    ckpt = tiny_checkpoint(tmp_path_factory)  # 2 layers x 4 heads, 3 training steps
+def test_cli_compares_with_an_mha_control_of_equal_total_steps_over_seeds(tiny_runs, tmp_path, capsys):
+    ckpts = [str(run / "checkpoints" / "last.ckpt") for run in tiny_runs]  # 2 seeds, 2 layers x 4 heads, 3 steps
     out = tmp_path / "conv"
-    main([ckpt, "n_kv_heads=2", "uptrain_fraction=0.5", "batches=2", f"out={out}", "init=mean,first"])
+    main([*ckpts, "n_kv_heads=2", "uptrain_fraction=0.5", "batches=2", f"out={out}", "init=mean,first"])
     res = json.loads((out / "conversion.json").read_text())
-    assert res["uptrain_steps"] == 2 and res["original_steps"] == 3
-    stages = [(r["model"].split(" (")[0], r["init"], r["stage"]) for r in res["rows"]]
-    assert stages[0] == ("source", "-", "trained")
-    assert ("converted GQA-2", "mean", "before uptraining") in stages
-    assert ("converted GQA-2", "first", "after uptraining") in stages
-    assert stages[-1][0] == "GQA-2 from scratch"
-    assert all(r["uptrain_steps"] == 2 for r in res["rows"][1:] if r["stage"] != "before uptraining")
+    rows = res["rows"]
+    assert {r["seed"] for r in rows} == {0, 1} and all(r["uptrain_steps"] == 2 for r in rows)
+    arms = {(r["arm"], r["init"], r["stage"]): r["total_steps"] for r in rows if r["seed"] == 0}
+    assert arms[("source (MHA)", "-", "trained")] == 3
+    assert arms[("source (MHA) + extra steps", "-", "same total steps")] == 5  # the control: 3 + 2
+    assert arms[("converted GQA-2", "mean", "after uptraining")] == 5
+    assert arms[("GQA-2 from scratch", "random", "uptraining steps only")] == 2
+    assert all(r["n"] == 2 and r["ci95_low"] <= r["bpb"] <= r["ci95_high"] for r in res["table"])
+    comparisons = {c["comparison"]: c for c in res["comparisons"]}
+    assert set(comparisons) == {"mean-pool - first (after uptraining)", "mean-pool - MHA control (same total steps)"}
+    assert all(c["n"] == 2 and c["verdict"] in ("separated", "not separated") for c in comparisons.values())
     assert (out / "conversion.md").exists() and (out / "conversion.png").exists()
     with pytest.raises(SystemExit) as e:
-        main([ckpt, "n_kv_heads=3"])
+        main([ckpts[0], "n_kv_heads=3"])
     assert e.value.code == 2 and "must divide" in capsys.readouterr().err

@@ -1,10 +1,14 @@
-import json
-import re
+"""Pictures of heads: attention-map grids with readable ticks, (layer, head) heatmaps on fixed scales, and the CLI
+that redraws a run's pictures into a new folder from its summary and checkpoint."""
 
+import re
+import subprocess
+import sys
+
+import pytest
 import torch
 
-from mhalab.plots import attention_figure, main, plot_attention_maps, plot_stat_heatmaps
-from mhalab.stats import head_stats, stats_table
+from mhalab.plots import attention_figure, main, plot_attention_maps, plot_stat_heatmaps, stat_figure, tick_positions
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -23,9 +27,16 @@ def test_attention_figure_grid():
     fig = attention_figure(probe(), tokens, pad_token="<pad>")
     panels = [ax for ax in fig.axes if re.match(r"L\dH\d \(max ", ax.get_title())]
     assert [ax.get_title().split()[0] for ax in panels] == [f"L{l}H{h}" for l in range(2) for h in range(3)]
-    labels = [t.get_text() for t in panels[0].get_xticklabels()]
-    assert labels == tokens[:4]  # padding skipped
+    assert [t.get_text() for t in panels[0].get_xticklabels()] == tokens[:4]  # padding skipped
     assert len(attention_figure(probe(1, 2), tokens, max_tokens=3).axes[0].get_yticklabels()) == 3
+
+
+def test_long_maps_get_thinned_tick_labels_that_do_not_overlap():
+    tokens = [f"tok{i}" for i in range(48)]
+    fig = attention_figure(probe(1, 2, 48), tokens)
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert 4 <= len(labels) < 48 and labels[0] == "tok0" and labels == [tokens[i] for i in tick_positions(48, 4.32)]
+    assert tick_positions(10, 5.0) == list(range(10))  # short sequences keep every label
 
 
 def test_plot_attention_maps_writes_png(tmp_path):
@@ -33,40 +44,38 @@ def test_plot_attention_maps_writes_png(tmp_path):
     assert path == tmp_path / "maps" / "attn.png" and is_png(path)
 
 
-def test_plot_stat_heatmaps(tmp_path):
-    table = stats_table([head_stats(torch.softmax(torch.randn(2, 3, 5, 5), -1)) for _ in range(2)])
-    for h, label in enumerate(table):
-        table[label]["importance"] = h / 6
-    paths = plot_stat_heatmaps(table, tmp_path, stats=["entropy", "self"])
+def test_heatmaps_of_layer_by_head_matrices(tmp_path):
+    matrices = {"entropy": torch.rand(2, 3) * 3, "self": torch.rand(2, 3), "importance": torch.rand(2, 3)}
+    paths = plot_stat_heatmaps(matrices, tmp_path)
     assert [p.name for p in paths] == ["stat_entropy.png", "stat_self.png", "stat_importance.png"]
     assert all(is_png(p) for p in paths)
+    fig = stat_figure(matrices["importance"], "importance")
+    image = fig.axes[0].images[0]
+    assert image.get_clim() == (0.0, 1.0)  # importance is normalised per layer: the scale starts at 0
+    assert "normalised per layer" in fig.axes[0].get_title()
 
 
-def test_cli_redraws_from_summary(tmp_path, capsys):
-    summary = {
-        "head_stats": {f"L{l}H{h}": {"entropy": 1.0 + h, "prev": 0.1 * l} for l in range(2) for h in range(2)},
-        "head_importance": {f"L{l}H{h}": 0.5 for l in range(2) for h in range(2)},
-    }
-    (tmp_path / "summary.json").write_text(json.dumps(summary))
-    assert main([str(tmp_path), "--out", str(tmp_path / "figs")]) == 0
+def test_cli_redraws_a_run_into_a_new_folder_and_keeps_the_training_pictures(tiny_runs, tmp_path, capsys):
+    run = tiny_runs[0]
+    assert not (run / "plots").exists()  # the tiny runs draw none; a training folder must never be overwritten
+    main([str(run), "--out", str(tmp_path / "figs")])
     names = sorted(p.name for p in (tmp_path / "figs").iterdir())
-    assert names == ["stat_entropy.png", "stat_importance.png", "stat_prev.png"]
+    assert "attention_maps.png" in names and "stat_importance.png" in names and "stat_entropy.png" in names
     assert all(is_png(tmp_path / "figs" / n) for n in names)
-    assert capsys.readouterr().out.count(".png") == 3
+    with pytest.raises(SystemExit) as e:
+        main([str(run), "--out", str(run / "plots")])
+    assert e.value.code == 2 and "where training drew its pictures" in capsys.readouterr().err
 
 
 def test_cli_missing_summary_exits_2(tmp_path, capsys):
-    assert main([str(tmp_path)]) == 2  # `python -m mhalab.plots` does sys.exit(main())
+    with pytest.raises(SystemExit) as e:
+        main([str(tmp_path)])
     err = capsys.readouterr().err
-    assert str(tmp_path / "summary.json") in err and err.count("\n") == 1
-    assert not (tmp_path / "plots").exists()
+    assert e.value.code == 2 and str(tmp_path / "summary.json") in err and err.count("\n") == 1
 
 
 def test_attention_grid_stays_small_in_memory():
     """seaborn draws the figure to check tick labels; on a canvas-less Figure that cost ~6 GB for 8 panels."""
-    import subprocess
-    import sys
-
     code = ("import resource, torch\nfrom mhalab.plots import attention_figure\n"
             "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
             "attention_figure([torch.rand(4, 48, 48).softmax(-1) for _ in range(2)], [f't{i}' for i in range(48)])\n"

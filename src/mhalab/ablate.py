@@ -386,7 +386,7 @@ def ablate(checkpoints: list[Path], out: Path | None = None, importance_split: s
 
 
 def run_cli(args) -> int:
-    if args.threads:
+    if args.threads is not None:
         check_int("--threads", args.threads, 1, 4096)
         torch.set_num_threads(args.threads)
     if args.importance_split == args.eval_split:
@@ -404,7 +404,9 @@ def run_cli(args) -> int:
 def main(argv: list[str] | None = None) -> None:
     from mhalab.cli import run_command
 
-    sys.exit(run_command("ablate", sys.argv[1:] if argv is None else argv))
+    code = run_command("ablate", sys.argv[1:] if argv is None else argv)
+    if code:
+        sys.exit(code)
 
 
 if __name__ == "__main__":

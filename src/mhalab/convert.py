@@ -66,7 +66,8 @@ def convert_module(module, n_kv_heads: int, init: str = "mean", seed: int = 0):
     if init not in INITS:
         raise ConfigError(f"--init {init!r}: init must be one of {', '.join(INITS)}")
     a = module.arch.attention
-    resolve_heads(module.arch.model.d_model, a.n_heads, n_kv_heads, a.d_head, "--")  # n_kv_heads must divide n_heads
+    check_int("--n-kv-heads", n_kv_heads, 1)
+    resolve_heads(module.arch.model.d_model, a.n_heads, n_kv_heads, a.d_head)  # n_kv_heads must divide n_heads
     if a.n_kv_heads % n_kv_heads:
         raise ConfigError(f"--n-kv-heads {n_kv_heads} with a source of {a.n_kv_heads} KV heads: n_kv_heads must "
                           "divide the source's KV heads (each new KV head pools a group of them)")
@@ -252,7 +253,7 @@ def convert(checkpoints: list[Path], n_kv_heads: int, inits: list[str] | None = 
 
 
 def run_cli(args) -> int:
-    if args.threads:
+    if args.threads is not None:
         check_int("--threads", args.threads, 1, 4096)
         torch.set_num_threads(args.threads)
     scratch = [s for s in args.scratch.split(",") if s]
@@ -269,7 +270,9 @@ def run_cli(args) -> int:
 def main(argv: list[str] | None = None) -> None:
     from mhalab.cli import run_command
 
-    sys.exit(run_command("convert", sys.argv[1:] if argv is None else argv))
+    code = run_command("convert", sys.argv[1:] if argv is None else argv)
+    if code:
+        sys.exit(code)
 
 
 if __name__ == "__main__":

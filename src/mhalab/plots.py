@@ -6,7 +6,6 @@ CLI: `mhalab plots <run_dir> [--out DIR]` redraws a run's pictures into a new fo
 <run_dir>/plots-redrawn-<time>): the heatmaps from its summary.json, the attention maps from its checkpoint.
 """
 
-import argparse
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -163,43 +162,33 @@ def attention_maps_from_checkpoint(run_dir, out_dir, checkpoint=None, max_tokens
     return plot_attention_maps(maps, tokens, Path(out_dir) / "attention_maps.png", max_tokens=max_tokens)
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mhalab plots",
-                                description="Redraw a run's pictures into a new folder: head-statistic heatmaps from "
-                                            "summary.json, and attention maps of the probe example from a checkpoint.")
-    p.add_argument("run_dir", type=Path, help="run directory holding summary.json")
-    p.add_argument("--out", type=Path, default=None,
-                   help="output folder (default: <run_dir>/plots-redrawn-<time>; the training pictures are kept)")
-    p.add_argument("--checkpoint", type=Path, default=None,
-                   help="checkpoint for the attention maps (default: the one the run tested)")
-    p.add_argument("--no-maps", action="store_true", help="only the statistic heatmaps, no checkpoint needed")
-    p.add_argument("--max-tokens", type=int, default=48, help="tokens shown in the attention maps (2-512)")
-    return p
+def run_cli(args) -> int:
+    """`mhalab plots`: the heatmaps from summary.json and, unless --no-maps, the attention maps, in a new folder."""
+    from mhalab.checks import check_int
+    from mhalab.summary import read_summary
 
-
-def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
     out = args.out if args.out is not None else args.run_dir / f"plots-redrawn-{datetime.now():%Y%m%d-%H%M%S}"
-    try:
-        from mhalab.checks import check_int
-        from mhalab.summary import read_summary
-
-        check_int("--max-tokens", args.max_tokens, 2, 512)
-        if out.resolve() == (args.run_dir / "plots").resolve():
-            raise ConfigError(f"--out {out}: that is where training drew its pictures; choose a new folder")
-        summary = read_summary(args.run_dir)
-        if not summary.head_stats:
-            raise ConfigError(f"cannot redraw plots: {args.run_dir}/summary.json has no head statistics")
-        paths = plot_stat_heatmaps(summary_matrices(summary), out)
-        if not args.no_maps:
-            paths.append(attention_maps_from_checkpoint(args.run_dir, out, args.checkpoint, args.max_tokens))
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    check_int("--max-tokens", args.max_tokens, 2, 512)
+    if out.resolve() == (args.run_dir / "plots").resolve():
+        raise ConfigError(f"--out {out}: that is where training drew its pictures; choose a new folder")
+    summary = read_summary(args.run_dir)
+    if not summary.head_stats:
+        raise ConfigError(f"cannot redraw plots: {args.run_dir}/summary.json has no head statistics")
+    paths = plot_stat_heatmaps(summary_matrices(summary), out)
+    if not args.no_maps:
+        paths.append(attention_maps_from_checkpoint(args.run_dir, out, args.checkpoint, args.max_tokens))
     for path in paths:
         print(path)
     return 0
 
 
+def main(argv=None) -> None:
+    from mhalab.cli import run_command
+
+    code = run_command("plots", sys.argv[1:] if argv is None else argv)
+    if code:
+        sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -383,7 +383,9 @@ def run_cli(args) -> int:
 def main(argv: list[str] | None = None) -> None:
     from mhalab.cli import run_command
 
-    sys.exit(run_command("report", sys.argv[1:] if argv is None else argv))
+    code = run_command("report", sys.argv[1:] if argv is None else argv)
+    if code:
+        sys.exit(code)
 
 
 if __name__ == "__main__":
