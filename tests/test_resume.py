@@ -38,16 +38,15 @@ def results(summary: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, data_cache):
-    """The uninterrupted run, per number of workers (computed once)."""
+    """The uninterrupted run, per number of workers (computed once, in this process)."""
+    from mhalab.train import main
+
     cache = {}
 
     def get(workers: int) -> dict:
         if workers not in cache:
             root = tmp_path_factory.mktemp(f"reference{workers}")
-            r = subprocess.run([sys.executable, "-m", "mhalab", "train", *TINY, *RUN, f"data.num_workers={workers}",
-                                f"paths.root_dir={root}", f"data.cache_dir={data_cache}"],
-                               capture_output=True, text=True, timeout=300)
-            assert r.returncode == 0, r.stderr[-3000:]
+            main([*TINY, *RUN, f"data.num_workers={workers}", f"paths.root_dir={root}", f"data.cache_dir={data_cache}"])
             (cache[workers],) = summaries(root / "logs")
         return cache[workers]
 
@@ -84,33 +83,42 @@ def test_results_do_not_depend_on_the_number_of_workers(reference):
     assert results(reference(0)) == results(reference(2))
 
 
-def start(run_train_args: list[str], cwd) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "mhalab", "train", *run_train_args], cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_signal_saves_writes_an_interrupted_summary_and_resumes_exactly(tmp_path, data_cache, reference, sig, code):
-    args = [*TINY, *RUN, "data.num_workers=0", f"paths.root_dir={tmp_path}", f"data.cache_dir={data_cache}",
-            "trainer.max_epochs=30"]  # long enough to be stopped
-    proc = start(args, tmp_path)
+def stop_with(sig, args: list[str], cwd) -> tuple[subprocess.CompletedProcess, object]:
+    """Start a run, send `sig` once its first checkpoint exists, return (what it printed, its run directory)."""
+    proc = subprocess.Popen([sys.executable, "-m", "mhalab", "train", *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while not list(tmp_path.glob("logs/train/runs/*/checkpoints/last.ckpt")) and time.monotonic() < deadline:
+    while not list(cwd.glob("logs/train/runs/*/checkpoints/last.ckpt")) and time.monotonic() < deadline:
         time.sleep(0.1)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == code, err[-3000:]
-    (run_dir,) = (tmp_path / "logs" / "train" / "runs").iterdir()
+    (run_dir,) = (cwd / "logs" / "train" / "runs").iterdir()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), run_dir
+
+
+def test_sigterm_saves_writes_an_interrupted_summary_and_the_run_resumes(tmp_path, data_cache):
+    args = [*TINY, *RUN, f"paths.root_dir={tmp_path}", f"data.cache_dir={data_cache}",
+            "trainer.max_epochs=30"]  # long enough to be stopped
+    r, run_dir = stop_with(signal.SIGTERM, args, tmp_path)
+    assert r.returncode == 143, r.stderr[-3000:]  # 128 + 15, not 0: a scheduler sees the job did not finish
     s = json.loads((run_dir / "summary.json").read_text())
     assert s["status"] == "interrupted" and s["error"]["kind"] == "signal"
-    assert f"stopped by {signal.Signals(sig).name} at step" in s["error"]["message"]
-    assert "resume with:" in err and f"resume={run_dir}" in err
+    assert "stopped by SIGTERM at step" in s["error"]["message"]
+    assert "resume with:" in r.stderr and f"resume={run_dir}" in r.stderr
     step = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
     assert step == s["timings"]["train_steps"]  # the checkpoint is the state the summary names
     resumed = subprocess.run([sys.executable, "-m", "mhalab", "train", *args, f"resume={run_dir}"], cwd=tmp_path,
                              capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "ok"
+
+
+def test_sigint_exits_130_with_an_interrupted_summary(tmp_path, data_cache):
+    r, run_dir = stop_with(signal.SIGINT, [*TINY, *RUN, f"paths.root_dir={tmp_path}", f"data.cache_dir={data_cache}",
+                                           "trainer.max_epochs=30"], tmp_path)
+    assert r.returncode == 130, r.stderr[-3000:]
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file() and "Traceback" not in r.stderr
 
 
 def test_resume_on_a_finished_run_says_so_and_changes_nothing(train, tmp_path):
@@ -124,26 +132,20 @@ def test_resume_on_a_finished_run_says_so_and_changes_nothing(train, tmp_path):
     assert by_dir.returncode == 0 and "has finished" in by_dir.stdout
 
 
-def test_resume_picks_the_unfinished_run_not_a_finished_twin(run_train, train, tmp_path):
+def test_resume_refuses_other_overrides_and_picks_the_unfinished_run_not_a_finished_twin(run_train, train, tmp_path):
     killed = run_train(*RUN, "fault.kill_at_step=3")
     assert killed.returncode == -signal.SIGKILL
     (unfinished,) = (tmp_path / "logs" / "train" / "runs").iterdir()
+    overrides = (unfinished / ".hydra" / "overrides.yaml").read_text()
+    with pytest.raises(ConfigError, match="that run was started with overrides"):
+        preflight([*TINY, *RUN, f"paths.root_dir={tmp_path}", "optim.lr=0.1", f"resume={unfinished}"])
+    assert (unfinished / ".hydra" / "overrides.yaml").read_text() == overrides  # nothing rewritten
     assert train(*RUN).returncode == 0  # a newer twin, finished
     twin = next(d for d in (tmp_path / "logs" / "train" / "runs").iterdir() if d != unfinished)
     twin_summary = (twin / "summary.json").read_text()
     assert train(*RUN, "resume=true").returncode == 0
     assert json.loads((unfinished / "summary.json").read_text())["status"] == "ok"
     assert (twin / "summary.json").read_text() == twin_summary
-
-
-def test_resume_with_other_overrides_is_refused_before_anything_is_written(run_train, tmp_path):
-    killed = run_train(*RUN, "fault.kill_at_step=3")
-    assert killed.returncode == -signal.SIGKILL
-    (run_dir,) = (tmp_path / "logs" / "train" / "runs").iterdir()
-    overrides = (run_dir / ".hydra" / "overrides.yaml").read_text()
-    with pytest.raises(ConfigError, match="that run was started with overrides"):
-        preflight([*TINY, *RUN, f"paths.root_dir={tmp_path}", "optim.lr=0.1", f"resume={run_dir}"])
-    assert (run_dir / ".hydra" / "overrides.yaml").read_text() == overrides
 
 
 def test_a_second_process_cannot_work_in_a_locked_run(tmp_path):
