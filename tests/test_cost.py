@@ -41,7 +41,8 @@ def test_equal_cost_claim_in_closed_form():
 
 
 @pytest.mark.parametrize("objective", ["classification", "mlm"])
-@pytest.mark.parametrize("kw", [dict(), dict(n_kv_heads=1, d_head=12, pos="rotary"), dict(norm="post", bias=False)])
+@pytest.mark.parametrize("kw", [dict(), dict(n_kv_heads=1, d_head=12, pos="rotary"), dict(norm="post", bias=False),
+                                dict(short_conv=3)])
 def test_model_params_and_flops(objective, kw):
     a = arch(300, objective, 5 if objective == "classification" else None, max_len=64, d_model=32, n_layers=2,
              n_heads=4, d_ff=80, **kw)

@@ -143,3 +143,20 @@ def test_param_match_sets_d_ff_to_the_reference_parameter_count():
     assert mqa.model.d_ff > 256 and mqa.model.param_match is None
     # one more d_ff unit adds 2 d_model + 1 parameters in each of the 2 layers: nearest means within half of that
     assert abs(encoder_params(mqa) - encoder_params(mha)) <= 2 * (2 * 64 + 1) / 2
+
+
+def test_short_conv_mixes_only_the_last_k_positions():
+    from mhalab.model import ShortConv
+
+    conv = ShortConv(8, 3)
+    x = torch.randn(1, 10, 8)  # (B, T, d_model)
+    for t in range(10):
+        x2 = x.clone()
+        x2[0, t] += 1.0
+        moved = (conv(x2) - conv(x)).abs().sum(-1)[0] > 0  # (T,) positions whose output changed
+        assert moved.nonzero().flatten().tolist() == [p for p in range(t, min(t + 3, 10))]
+    model = LanguageModel(tiny("clm", short_conv=3)).eval()
+    ids = torch.randint(5, 50, (1, 8))
+    ids2 = ids.clone()
+    ids2[0, 5:] = (ids2[0, 5:] + 1) % 50
+    assert torch.allclose(model(ids).logits[:, :5], model(ids2).logits[:, :5], atol=1e-5)

@@ -5,6 +5,7 @@ The kills are real (SIGKILL at a named point, `mhalab.faults`); the full matrix 
 `slow`, the default run keeps one case of each kind."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -193,3 +194,37 @@ def test_multirun_resume_finishes_only_the_unfinished_jobs(run_train, train, tmp
     assert sorted(s["architecture"]["attention"]["n_heads"] for s in runs) == [1, 2]
     assert all(s["status"] == "ok" for s in runs)
     assert len(list((tmp_path / "logs" / "train" / "multiruns").iterdir())) == 1
+
+
+def test_slurm_preemption_signal_requeues_and_the_requeued_job_continues(tmp_path, data_cache):
+    """SLURM's warning signal (simulated): checkpoint, interrupted summary, `scontrol requeue <job>`, and the
+    requeued job (SLURM_RESTART_COUNT=1, same directory) resumes from last.ckpt."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'scontrol.log'}\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242"}
+    run_dir = tmp_path / "logs" / "train" / "runs" / "job4242"
+    args = [*TINY, *RUN, f"paths.root_dir={tmp_path}", f"data.cache_dir={data_cache}", "trainer.max_epochs=30",
+            f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen([sys.executable, "-m", "mhalab", "train", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (run_dir / "checkpoints" / "last.ckpt").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGUSR1, err[-3000:]
+    assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4242"]
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
+    requeued = subprocess.run([sys.executable, "-m", "mhalab", "train", *args[:-2], "trainer.max_epochs=3",
+                               f"hydra.run.dir={run_dir}"], cwd=tmp_path, capture_output=True, text=True,
+                              env={**env, "SLURM_RESTART_COUNT": "1"}, timeout=600)
+    assert "resuming from" in requeued.stdout + requeued.stderr
+
+
+def test_the_slurm_launcher_config_matches_the_signal_handling():
+    from mhalab.runs import compose
+
+    launcher = compose(["hydra/launcher=slurm"]).hydra.launcher
+    assert launcher.signal_delay_s > 0 and launcher.max_num_timeout >= 1

@@ -200,3 +200,26 @@ def test_default_run_learns_the_topics(run_train, tmp_path):
     (s,) = summaries(tmp_path / "logs")
     assert s["metrics"]["val/acc"] > 0.85 and s["test_metrics"]["test/acc"] > 0.85
 
+
+
+def test_a_failing_extra_is_recorded_and_the_run_kept(train, tmp_path, monkeypatch):
+    import mhalab.plots
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk of pictures on fire")
+
+    monkeypatch.setattr(mhalab.plots, "plot_stat_heatmaps", broken)
+    r = train()
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = read_summary(only_run(tmp_path))
+    assert s.status == "ok" and "val/acc" in s.metrics and "test/acc" in s.test_metrics
+    assert s.extras_errors == ["plots failed: RuntimeError: disk of pictures on fire"]
+    assert s.head_importance is not None  # the other extras still ran
+
+
+def test_optuna_search_with_a_step_cap(train, tmp_path):
+    r = train("hydra/sweeper=search", "hydra.sweeper.n_trials=2", "trainer.limit_train_batches=null",
+              "trainer.max_steps=2", "stats=off", multirun=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    runs = summaries(tmp_path / "logs")
+    assert len(runs) == 2 and all("val/loss" in s["metrics"] for s in runs)

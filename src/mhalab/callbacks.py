@@ -284,6 +284,10 @@ class GracefulStop(Checkpoint):
             signal.signal(sig, handler)
         self._previous = {}
 
+    def previous(self, signum: int):
+        """The handler that was installed before this one for `signum` (e.g. submitit's requeue handler)."""
+        return self._previous.get(signum)
+
     def check(self) -> None:
         """Raise Interrupted if a stop was requested."""
         if self.requested is not None:

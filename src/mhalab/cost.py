@@ -62,7 +62,7 @@ def encoder_flops(arch: Architecture, n: int) -> dict[str, int]:
     """
     m, a = arch.model, arch.attention
     attn = m.n_layers * attention_flops(n, m.d_model, a.n_heads, a.d_head, a.n_kv_heads)["total"]
-    ff = m.n_layers * feedforward_flops(n, m.d_model, m.d_ff)
+    ff = m.n_layers * feedforward_flops(n, m.d_model, m.d_ff) + 2 * n * m.d_model * m.short_conv
     if arch.objective == "classification":
         head = 2 * m.d_model * arch.n_classes
     else:
@@ -75,7 +75,8 @@ def encoder_params(arch: Architecture) -> int:
     """Trainable parameters of `build_model(arch)` (closed form; the tests check it)."""
     m, a = arch.model, arch.attention
     d, b = m.d_model, int(m.bias)
-    embed = arch.vocab_size * d + (m.max_len * d if m.pos == "learned" else 0)
+    embed = arch.vocab_size * d + (m.max_len * d if m.pos == "learned" else 0) + (m.short_conv + 1) * d * (
+        m.short_conv > 0)
     block = (attention_params(d, a.n_heads, a.d_head, a.n_kv_heads, m.bias)
              + (d * m.d_ff + b * m.d_ff) + (m.d_ff * d + b * d)  # feed-forward
              + 2 * 2 * d)  # two LayerNorms

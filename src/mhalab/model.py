@@ -37,6 +37,20 @@ def rotary_tables(max_len: int, rotary_dim: int, base: float = 10000.0) -> tuple
     return angles.cos(), angles.sin()
 
 
+class ShortConv(nn.Module):
+    """A causal depthwise convolution over time (Zoology's short convolution): position t mixes, per feature,
+    positions t-k+1 .. t. Padding sits on the left, so no position sees the future."""
+
+    def __init__(self, d_model: int, kernel: int):
+        super().__init__()
+        self.kernel = kernel
+        self.conv = nn.Conv1d(d_model, d_model, kernel, groups=d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = F.pad(x.transpose(1, 2), (self.kernel - 1, 0))  # (B, d_model, k-1+T)
+        return self.conv(y).transpose(1, 2)  # (B, T, d_model)
+
+
 class FeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, dropout: float, bias: bool):
         super().__init__()
@@ -99,6 +113,7 @@ class Encoder(nn.Module):
             self.register_buffer("rotary_cos", cos, persistent=False)
             self.register_buffer("rotary_sin", sin, persistent=False)
         self.drop = nn.Dropout(m.dropout)
+        self.short_conv = ShortConv(m.d_model, m.short_conv) if m.short_conv else None
         self.blocks = nn.ModuleList(Block(arch) for _ in range(m.n_layers))
         self.ln_f = nn.LayerNorm(m.d_model) if m.norm == "pre" else nn.Identity()
         self.apply(_init_weights)
@@ -129,6 +144,10 @@ class Encoder(nn.Module):
         else:
             rotary = (self.rotary_cos, self.rotary_sin)
         x = self.drop(x)
+        if self.short_conv is not None:
+            if caches:
+                raise ValueError("model.short_conv does not support KV-cache decoding")
+            x = x + self.short_conv(x)  # (B, T, d_model)
         attentions = [] if need_weights else None
         for i, block in enumerate(self.blocks):
             x, w = block(x, padding_mask, self.arch.causal, need_weights, rotary, caches[i] if caches else None)

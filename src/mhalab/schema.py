@@ -75,6 +75,8 @@ class ModelConfig:
     pos: str = "learned"  # learned | sinusoidal | rotary
     rope_base: float = 10000.0  # rotary only: the base of the rotation frequencies
     rotary_dim: Optional[int] = None  # rotary only: rotated features per head (even, <= d_head); None = all of d_head
+    short_conv: int = 0  # width of a causal depthwise convolution over the embeddings (0 = none); Zoology's attention
+    #                      baselines use 3 so the previous token is at hand and attention only has to recall
     max_len: int = 512  # size of the positional table; must be >= data.max_len
     bias: bool = True
     pooling: str = "mean"  # classification: mean (over non-padding tokens) | cls (the first token)
@@ -92,6 +94,7 @@ class ModelConfig:
         check_number("model.rope_base", self.rope_base, 1, low_open=True)
         if self.rotary_dim is not None:
             check_int("model.rotary_dim", self.rotary_dim, 2)
+        check_int("model.short_conv", self.short_conv, 0, 64)
 
 
 @dataclass

@@ -234,7 +234,7 @@ def train(tc, run_dir: Path, overrides: list[str]) -> RunSummary:
                              f"resume={run_dir}"])
         print(f"mhalab: {e} at step {step}; the last checkpoint is {run_dir / LAST}; resume with:\n  {resume}",
               file=sys.stderr)
-        _requeue_on_slurm(e.signum)
+        _requeue_on_slurm(e.signum, stop.previous(e.signum))
         raise _Stop(e.exit_code) from None
     except FloatingPointError as e:
         print(f"error: training stopped: {e}; the last good checkpoint is kept in {run_dir / 'checkpoints'}",
@@ -338,17 +338,23 @@ def _requeued() -> bool:
     return os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0")
 
 
-def _requeue_on_slurm(signum: int) -> None:
-    """SIGUSR1/2 under SLURM is the warning before a time limit or preemption: requeue this job, as Lightning's
-    SLURMEnvironment(auto_requeue=True) does; the requeued job resumes from last.ckpt."""
+def _requeue_on_slurm(signum: int, previous) -> None:
+    """SIGUSR1/2 under SLURM is the warning before a time limit or preemption, sent once the checkpoint is saved:
+    hand it to the handler that was there before (submitit's, under hydra/launcher=slurm: it requeues the job with
+    its arguments), else requeue the job as Lightning's SLURMEnvironment(auto_requeue=True) does. The requeued job
+    finds its run directory's last.ckpt and continues from it (`_requeued`)."""
     import signal
     import subprocess
 
-    job = os.environ.get("SLURM_ARRAY_JOB_ID") and \
-        f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID', '')}" or os.environ.get("SLURM_JOB_ID")
-    if job and signum in (signal.SIGUSR1, signal.SIGUSR2):
-        result = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
-        log.info("requeued SLURM job %s (scontrol exit %d)", job, result.returncode)
+    if signum not in (signal.SIGUSR1, signal.SIGUSR2) or not os.environ.get("SLURM_JOB_ID"):
+        return
+    if callable(previous):
+        previous(signum, None)
+        return
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    job = f"{array}_{task}" if array and task else os.environ["SLURM_JOB_ID"]
+    result = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
+    log.info("requeued SLURM job %s (scontrol exit %d)", job, result.returncode)
 
 
 def wandb_run_id(run_dir: Path) -> str | None:
