@@ -223,3 +223,9 @@ def test_optuna_search_with_a_step_cap(train, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     runs = summaries(tmp_path / "logs")
     assert len(runs) == 2 and all("val/loss" in s["metrics"] for s in runs)
+
+
+def test_a_recipe_that_repeats_a_small_corpus_many_times_is_warned_about(train):
+    r = train("trainer.max_epochs=12", "trainer.limit_train_batches=1", "stats=off")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "this run makes 12 passes over its" in r.stdout + r.stderr

@@ -180,6 +180,7 @@ def train(tc, run_dir: Path, overrides: list[str]) -> RunSummary:
         base.baselines = dm.reference_levels()
         if _launcher_rank() == 0:
             log.info(header(dm, arch, cost, run_dir))
+            _warn_if_repeating(tc, dm)
 
         ckpt_path = str(tc.ckpt_path) if tc.ckpt_path else None
         if (tc.resume or _requeued()) and (run_dir / LAST).is_file():
@@ -269,6 +270,27 @@ def header(dm, arch, cost: dict, run_dir: Path) -> str:
     return (f"mhalab: task {dm.task} ({arch.objective}{classes}) | {m.n_layers} layers, d_model {m.d_model}, "
             f"{a.n_heads} heads x {a.d_head} ({kind}), d_ff {m.d_ff} | {cost['params'] / 1e6:.2f} M parameters, "
             f"{cost['flops_per_token'] / 1e6:.3g} MFLOPs/token | run directory {run_dir}")
+
+
+MAX_EPOCHS_WITHOUT_WARNING = 10  # the default run makes 6; the old GPU recipes would have made 170
+
+
+def _warn_if_repeating(tc, dm) -> None:
+    """A recipe that passes over a small training set many times measures memorisation: say so up front."""
+    batches = len(dm.train_dataloader())
+    limit = tc.trainer.limit_train_batches
+    if isinstance(limit, float):
+        batches = int(batches * limit)
+    elif isinstance(limit, int):
+        batches = min(batches, limit)
+    steps_per_epoch = max(1, batches // tc.trainer.accumulate_grad_batches)
+    max_epochs = tc.trainer.max_epochs if tc.trainer.max_epochs not in (None, -1) else float("inf")
+    steps = min(tc.trainer.max_steps if tc.trainer.max_steps != -1 else float("inf"), max_epochs * steps_per_epoch)
+    epochs = steps / steps_per_epoch
+    if epochs > MAX_EPOCHS_WITHOUT_WARNING:
+        log.warning("this run makes %.0f passes over its %d training examples (%d steps of %d per epoch): beyond a "
+                    "few epochs a small corpus is memorised; give more data or fewer steps", epochs,
+                    len(dm.datasets["train"]), steps, steps_per_epoch)
 
 
 def build_loggers_and_callbacks(tc, run_dir: Path, resuming: bool) -> tuple[list, list]:
