@@ -97,3 +97,14 @@ def test_user_code_runs_when_the_config_allows_its_package(tmp_path):
     finally:
         sys.path.remove(str(tmp_path))
     assert plan.jobs[0][1].callbacks.x._target_ == "mycb.Hello"
+
+
+def test_every_allow_listed_class_of_mhalab_and_lightning_exists_and_is_a_class():
+    import importlib
+    import inspect
+
+    from mhalab.targets import ALLOWED_CLASSES, OWN_CLASSES
+
+    for target in sorted(OWN_CLASSES | {t for t in ALLOWED_CLASSES if t.startswith("lightning.")}):
+        module, _, name = target.rpartition(".")
+        assert inspect.isclass(getattr(importlib.import_module(module), name)), target

@@ -55,6 +55,13 @@ class EpochIndexed(Dataset):
         epoch, index = key if isinstance(key, tuple) else (0, key)
         return {**self.dataset[index], "epoch": epoch}
 
+    def __getitems__(self, keys: list) -> list[dict]:
+        """A whole batch in one read (the DataLoader calls this instead of one __getitem__ per example)."""
+        pairs = [k if isinstance(k, tuple) else (0, k) for k in keys]
+        columns = self.dataset[[index for _, index in pairs]]  # {column: [value per example]}
+        return [{**{name: values[i] for name, values in columns.items()}, "epoch": epoch}
+                for i, (epoch, _) in enumerate(pairs)]
+
 
 class ResumableLoader(DataLoader):
     """A DataLoader Lightning treats as resumable: the position lives in `EpochSampler` (a function of the restored
