@@ -250,6 +250,9 @@ def _preflight_multirun(argv, overrides, config_dir, config_name) -> Plan:
         plan.resume_dir = resume_sweep(tc, [j for j, _ in jobs], overrides,
                                        Path(tc.paths.log_dir) / tc.task_name / "multiruns")
         plan.argv = plan.argv + [f"hydra.sweep.dir={plan.resume_dir}"]
+    elif not any(o.startswith("hydra.sweep.dir=") for o in overrides):
+        # resolved here, once: a launcher's worker processes would each make their own run id
+        plan.argv = plan.argv + [f"hydra.sweep.dir={OmegaConf.select(base, 'hydra.sweep.dir')}"]
     return plan
 
 

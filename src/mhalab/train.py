@@ -155,6 +155,8 @@ def train(tc, run_dir: Path, overrides: list[str]) -> RunSummary:
 
     for pattern in _NOISE:
         warnings.filterwarnings("ignore", message=pattern)
+    for name in ("lightning.pytorch", "lightning.fabric"):  # devices found, tips, restores: noise beside mhalab's
+        logging.getLogger(name).setLevel(logging.WARNING)
     t_start = time.perf_counter()
     if _launcher_rank() == 0:
         remove_stale_temporaries(run_dir)
