@@ -14,7 +14,7 @@ import pytest
 from mhalab.data import build_datamodule, hub
 from mhalab.errors import ConfigError
 
-HUB_TASKS = ["ag_news", "imdb", "sst2", "wikitext2", "tiny_shakespeare"]
+HUB_TASKS = ["ag_news", "imdb", "sst2", "wikitext2", "wikitext103", "tiny_shakespeare"]
 
 
 @pytest.fixture

@@ -188,3 +188,31 @@ def test_launcher_and_sweeper_configs_compose(root):
         cfg = compose(root + [override])
         node = cfg.hydra.launcher if "launcher" in override else cfg.hydra.sweeper
         assert node._target_.endswith(target)
+
+
+EXPERIMENTS = ["kv_sweep", "head_sweep", "head_dim_sweep"]
+SETUPS = ["mqar_cpu", "mqar_gpu", "lm_gpu"]
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_sweep_expands_into_checked_parameter_matched_jobs(experiment, root):
+    from importlib.resources import files
+
+    from mhalab.cost import encoder_params
+
+    plan = preflight(["-m", *root, f"experiment={experiment}"])
+    seeds = {tc.seed for _, tc in plan.jobs}
+    assert seeds == {0, 1, 2, 3, 4} and len(plan.jobs) >= 3 * len(seeds)
+    params = [encoder_params(tc.architecture(69, "clm", None)) for _, tc in plan.jobs]
+    widest = max(tc.model.d_model for _, tc in plan.jobs) * 2 + 1
+    assert max(params) - min(params) <= 2 * widest  # arms within a feed-forward unit per layer of each other
+    text = files("mhalab.conf").joinpath("experiment", f"{experiment}.yaml").read_text()
+    assert text.startswith("# @package _global_") and "override /setup:" in text  # an axis on a setup, no copy
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_every_setup_composes_under_every_axis(setup, root):
+    for experiment in EXPERIMENTS:
+        tc = validate(compose(root + [f"experiment={experiment}", f"setup={setup}"]))
+        assert tc.data.task == ("wikitext103" if setup == "lm_gpu" else "mqar") and tc.task_name == experiment
+        assert ("gpu" in setup) == (tc.trainer.accelerator == "gpu")

@@ -42,6 +42,7 @@ TASKS: dict[str, TaskInfo] = {
     "imdb": TaskInfo("classification", "hub", ("neg", "pos"), "stanfordnlp/imdb"),
     "sst2": TaskInfo("classification", "hub", ("negative", "positive"), "stanfordnlp/sst2", text_column="sentence"),
     "wikitext2": TaskInfo("mlm", "hub", None, "Salesforce/wikitext", "wikitext-2-raw-v1"),
+    "wikitext103": TaskInfo("clm", "hub", None, "Salesforce/wikitext", "wikitext-103-raw-v1"),
     "tiny_shakespeare": TaskInfo("clm", "hub", None, "karpathy/tiny_shakespeare"),
     "mqar": TaskInfo("clm", "mqar", default_tokenizer="ids"),
     "qgram_ar": TaskInfo("clm", "qgram_ar", default_tokenizer="ids"),
