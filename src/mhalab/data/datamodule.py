@@ -142,8 +142,6 @@ class TextDataModule(L.LightningDataModule):
 
     def reference_levels(self) -> dict[str, float]:
         """What a model that ignores the input scores on this task (`mhalab.data.baselines`)."""
-        import numpy as np
-
         from mhalab.data.baselines import classification_levels, unigram_levels
 
         train, val = self.datasets["train"], self.datasets["validation"]
