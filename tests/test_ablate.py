@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from mhalab.ablate import MeanAblation, main, pruning_curve, random_orders, single_head_ablation, split_batches
+from mhalab.ablate import MeanAblation, main, pruning_curve, random_orders, single_head_ablation
 from mhalab.checkpoint import build_data, load_module, load_run
-from mhalab.evaluation import evaluate
+from mhalab.evaluation import evaluate, split_batches
 
 
 @pytest.fixture(scope="module")

@@ -35,26 +35,10 @@ from torch import Tensor
 from mhalab.checkpoint import build_data, load_module, load_run
 from mhalab.checks import check_int, check_number
 from mhalab.errors import ConfigError
-from mhalab.evaluation import eval_mode, evaluate, headline, importance
+from mhalab.evaluation import eval_mode, evaluate, headline, importance, split_batches
 from mhalab.heads import head_label
 from mhalab.inference import mean_ci, paired
 from mhalab.plots import new_figure
-
-SPLITS = ("validation", "test")
-
-
-def split_batches(dm, split: str, max_batches: int | None = None) -> list[dict[str, Tensor]]:
-    """The first `max_batches` batches of a split, materialised once (MLM masks are fixed for val/test)."""
-    loader = dm.val_dataloader() if split == "validation" else dm.test_dataloader()
-    out = []
-    for i, b in enumerate(loader):
-        if max_batches is not None and i >= max_batches:
-            break
-        out.append(b)
-    if not out:
-        raise ConfigError(f"the {split} split is empty")
-    return out
-
 
 class MeanAblation:
     """Replace chosen heads' outputs by their mean over the evaluation tokens (forward pre-hooks on out_proj).

@@ -35,7 +35,7 @@ import torch
 from mhalab.checkpoint import build_data, load_module, load_run
 from mhalab.checks import check_int, check_number
 from mhalab.errors import ConfigError
-from mhalab.evaluation import evaluate, headline
+from mhalab.evaluation import evaluate, headline, split_batches
 from mhalab.heads import resolve_heads
 from mhalab.inference import mean_ci, paired
 from mhalab.plots import new_figure
@@ -113,7 +113,6 @@ def convert_one(ckpt: Path, n_kv_heads: int, inits: list[str], uptrain_fraction:
                 mha_control: bool, split: str, max_batches: int | None, seed: int, lr: float | None,
                 out: Path) -> list[dict[str, Any]]:
     """Every arm for one source checkpoint: one row each."""
-    from mhalab.ablate import split_batches
     from mhalab.module import variant
 
     src = load_module(ckpt)

@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from mhalab.errors import ConfigError
+
 IGNORE_INDEX = -100
 SUMS = ("nats", "correct", "count", "bytes")
 
@@ -54,6 +56,19 @@ def metrics_from_sums(sums: Tensor, bits_per_byte: bool) -> dict[str, float]:
     out = {"loss": nats / max(count, 1.0), "acc": correct / max(count, 1.0)}
     if bits_per_byte:
         out["bpb"] = nats / (math.log(2) * max(nbytes, 1.0))
+    return out
+
+
+def split_batches(dm, split: str, max_batches: int | None = None) -> list[dict[str, Tensor]]:
+    """The first `max_batches` batches of a split, materialised once (MLM masks are fixed for val/test)."""
+    loader = dm.val_dataloader() if split == "validation" else dm.test_dataloader()
+    out = []
+    for i, b in enumerate(loader):
+        if max_batches is not None and i >= max_batches:
+            break
+        out.append(b)
+    if not out:
+        raise ConfigError(f"the {split} split is empty")
     return out
 
 
