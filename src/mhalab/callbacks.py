@@ -30,10 +30,10 @@ from mhalab import faults
 from mhalab import stats as S
 from mhalab.evaluation import eval_mode
 from mhalab.heads import head_label
+from mhalab.runs import LAST
 from mhalab.schema import StatsConfig
 
 log = logging.getLogger("mhalab")
-LAST = Path("checkpoints") / "last.ckpt"
 
 
 class HeadStatsCallback(L.Callback):
