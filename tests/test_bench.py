@@ -301,6 +301,7 @@ def _fake_run(commands):
 def test_gpu_dry_run_writes_the_folder_and_a_report_without_gpu_figures(tmp_path, monkeypatch):
     commands = []
     monkeypatch.setattr(gpu, "_run", _fake_run(commands))
+    monkeypatch.chdir(REPO)  # the GPU tests are found in the checkout it runs from, however mhalab was installed
     # compile=[false]: torch.compile's tracing takes seconds even on toy sizes (the slow test runs both)
     res = bench.run("gpu", config.parse("gpu", ["dry_run=true", f"out={tmp_path}", "compile=[false]"]))
     assert res["exit_status"] == 0 and {k: s["status"] for k, s in res["steps"].items()} == {

@@ -39,7 +39,15 @@ from mhalab.cost import training_bytes
 from mhalab.errors import ConfigError
 from mhalab.schema import StatsConfig
 
-REPO = Path(__file__).resolve().parents[3]
+
+
+def _checkout() -> Path | None:
+    """The source checkout holding tests/test_gpu.py: the working directory, else the one an editable install
+    points into; None for a plain install run elsewhere."""
+    for root in (Path.cwd(), Path(__file__).resolve().parents[3]):
+        if (root / "tests" / "test_gpu.py").is_file():
+            return root
+    return None
 TINY_TRAIN = ["trainer.accelerator=cpu", "trainer.devices=1", "trainer.precision=32-true", "model.d_model=32",
               "model.n_layers=1", "model.d_ff=64", "attention.n_heads=2", "data.limit=64", "data.max_len=64",
               "data.batch_size=16", "trainer.limit_val_batches=2", "trainer.limit_test_batches=2",
@@ -127,14 +135,15 @@ def kernel_survey(device: torch.device, dtype: torch.dtype, d_head: int = 64, se
 # -- steps -----------------------------------------------------------------------------------------------------
 
 def _tests(cfg, out: Path, device, budget: Budget) -> dict:
-    test_file = REPO / "tests" / "test_gpu.py"
-    if not test_file.is_file():
-        return {"status": "skipped", "note": f"{test_file} not found: run from a source checkout"}
+    repo = _checkout()
+    if repo is None:
+        return {"status": "skipped", "note": "tests/test_gpu.py not found: run from a source checkout"}
+    test_file = repo / "tests" / "test_gpu.py"
     (out / "tests").mkdir(exist_ok=True)
     junit = out / "tests" / "junit.xml"
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", str(test_file), "-q", "-rs", "-p", "no:cacheprovider",
            f"--junitxml={junit}"]
-    proc = _run(cmd, out / "tests" / "pytest.log", REPO, dict(os.environ), timeout=max(30.0, budget.left() / 4))
+    proc = _run(cmd, out / "tests" / "pytest.log", repo, dict(os.environ), timeout=max(30.0, budget.left() / 4))
     proc["log"] = "tests/pytest.log"
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     if junit.is_file():
