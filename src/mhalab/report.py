@@ -35,6 +35,13 @@ LOWER_IS_BETTER = {"val/bpb", "val/loss", "test/bpb", "test/loss", "train/loss"}
 IGNORED_KEYS = ("seed", "resume", "fault.", "hydra.", "hydra/")
 DESIGN = ("n_heads", "n_kv_heads", "d_head", "d_model", "d_ff", "n_layers")
 COST = ("params", "flops_per_token", "attention_flops_per_token", "kv_cache_bytes_per_token")
+
+
+def _seed_order(seed) -> tuple:
+    """Sort key: seeds in numeric order (0, 1, 2, 10), anything else after them."""
+    return (0, seed, "") if isinstance(seed, int) else (1, 0, str(seed))
+
+
 CSV_COLUMNS = (["config", "task", *DESIGN, *COST, "n_seeds", "seeds", "metric", "mean", "mean_ci95_low",
                 "mean_ci95_high", "sd", "baseline", "diff", "ci95_low", "ci95_high", "p", "mde80", "verdict",
                 "test_metric", "test_mean", "test_ci95_low", "test_ci95_high", "train_steps", "tokens_per_s",
@@ -110,7 +117,7 @@ def aggregate(runs: list[tuple[Path, RunSummary]], metric: str | None = None) ->
         kv = dict(o.split("=", 1) for o in key if "=" in o)
         m = metric or default_metric(first)
         test_m = m.replace("val/", "test/") if m.startswith("val/") else None
-        per_seed = {s.config.get("seed"): s.metric(m) for _, s in members}
+        per_seed = dict(sorted(((s.config.get("seed"), s.metric(m)) for _, s in members), key=lambda item: _seed_order(item[0])))
         vals = [v for v in per_seed.values() if v is not None]
         if not vals:
             raise ConfigError(f"--metric {m!r}: no run of configuration {', '.join(key) or 'default'} recorded it; "
@@ -192,7 +199,7 @@ def _interval(mean, lo, hi) -> str:
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
-    seeds = sorted({s for r in rows for s in r["per_seed"]}, key=str)
+    seeds = sorted({s for r in rows for s in r["per_seed"]}, key=_seed_order)
     cols = CSV_COLUMNS + [f"seed_{s}" for s in seeds]
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
@@ -272,7 +279,7 @@ def plot_metric(rows: list[dict], x: str, out: Path) -> Path:
     lo = [m - (r["mean_ci95_low"] if r["mean_ci95_low"] is not None else m) for m, r in zip(ms, pts)]
     hi = [(r["mean_ci95_high"] if r["mean_ci95_high"] is not None else m) - m for m, r in zip(ms, pts)]
     line = ax.errorbar(xs, ms, yerr=[lo, hi], marker="o", capsize=4, label="mean, 95% CI over seeds")
-    for s in sorted({s for r in pts for s in r["per_seed"]}, key=str):
+    for s in sorted({s for r in pts for s in r["per_seed"]}, key=_seed_order):
         sp = [(r[x], r["per_seed"][s]) for r in pts if r["per_seed"].get(s) is not None]
         if len(sp) > 1:
             ax.plot(*zip(*sp), linestyle=":", linewidth=1, alpha=0.5, color=line[0].get_color())
