@@ -68,9 +68,10 @@ def test_mlm_run_reports_bits_per_byte_and_the_unigram_level(train, tmp_path):
 
 def test_mqar_run_predicts_values_at_query_positions(train, tmp_path):
     r = train("data=mqar", "data.mqar.n_train=200", "data.mqar.n_val=32", "data.mqar.n_test=32",
-              "data.mqar.seq_len=32", "data.mqar.n_kv_pairs=4", "attention.n_kv_heads=1")
+              "data.mqar.seq_len=32", "data.mqar.n_kv_pairs=4", "attention.n_kv_heads=1", "torch_threads=1")
     assert r.returncode == 0, r.stderr[-3000:]
     s = read_summary(only_run(tmp_path))
+    assert s.environment["torch_threads"] == 1 and s.environment["cpu_capability"]  # what the run really used
     assert s.task == "mqar" and s.objective == "clm" and s.architecture["vocab_size"] == 64 + 5
     assert "val/bpb" not in s.metrics and 0 <= s.metrics["val/acc"] <= 1  # tokens are not text: no bits per byte
     assert s.baselines["chance_acc"] == pytest.approx(1 / 32)

@@ -132,12 +132,12 @@ def train(tc, run_dir: Path, overrides: list[str]) -> RunSummary:
     stop = GracefulStop(last)
     stop.install()
     fault = FaultInjection(**dataclasses.asdict(tc.fault))
+    if tc.torch_threads:
+        torch.set_num_threads(tc.torch_threads)  # before the environment is recorded
     base = RunSummary(status="ok", task=tc.data.task, objective=tc.data.objective, overrides=overrides,
                       config=_plain(tc), environment=_environment())
     trainer = None
     try:
-        if tc.torch_threads:
-            torch.set_num_threads(tc.torch_threads)
         L.seed_everything(tc.seed, workers=True, verbose=False)
         dm = build_datamodule(tc.data, seed=tc.seed)
         dm.prepare_data()
@@ -359,7 +359,8 @@ def _environment() -> dict[str, Any]:
     return {"torch": torch.__version__, "lightning": L.__version__, "python": platform.python_version(),
             "machine": platform.machine(), "processor": _cpu_name(), "cpu_count": os.cpu_count(),
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            "torch_threads": torch.get_num_threads()}
+            "torch_threads": torch.get_num_threads(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}  # the CPU kernels: results differ across them
 
 
 def _cpu_name() -> str:
