@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from mhalab.ablate import MeanAblation, main, pruning_curve, random_orders, single_head_ablation
+from mhalab.ablate import MeanAblation, layer_summary, main, pruning_curve, random_orders, single_head_ablation
 from mhalab.checkpoint import build_data, load_module, load_run
 from mhalab.evaluation import evaluate, split_batches
 
@@ -88,6 +88,7 @@ def test_cli_scores_on_validation_evaluates_on_test_against_random_orders_over_s
     with (out / "heads.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 2 * 8 and sorted(int(r["rank"]) for r in rows[:8]) == list(range(1, 9))
+    assert len({(r["checkpoint"], r["seed"]) for r in rows}) == 2  # each row says which checkpoint (seed) it is
     result = json.loads((out / "ablation.json").read_text())
     assert result["importance_split"] == "validation" and result["eval_split"] == "test" and result["key"] == "bpb"
     curve = result["pruning"]
@@ -109,3 +110,13 @@ def test_bad_checkpoint_and_flags_are_one_sentence_errors(ckpts, tmp_path, capsy
             main(argv)
         err = capsys.readouterr().err
         assert e.value.code == 2 and err.startswith(message) and "Traceback" not in err, (argv, err)
+
+
+def test_layer_summary_averages_each_checkpoints_layer_mean_and_worst_head():
+    def result(deltas):  # one checkpoint, layer 0 heads with these zero-ablation accuracy changes
+        return {"heads": [{"layer": 0, "zero_dacc": d} for d in deltas]}
+    (row,) = layer_summary([result([0.0, -0.2]), result([-0.1, -0.3])], "acc")
+    assert row["n"] == 2 and row["mean_d"] == pytest.approx(-0.15) and row["worst_d"] == pytest.approx(-0.25)
+    assert row["worst_d_ci95_low"] < -0.25 < row["worst_d_ci95_high"]
+    (row,) = layer_summary([{"heads": [{"layer": 0, "zero_dbpb": d} for d in (0.1, 0.3)]}], "bpb")
+    assert row["worst_d"] == pytest.approx(0.3) and row["worst_d_ci95_low"] is None  # lower is better: the rise

@@ -239,6 +239,22 @@ def aggregate_curves(results: list[dict[str, Any]], key: str) -> list[dict[str, 
     return rows
 
 
+def layer_summary(results: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """Per layer: the mean and the worst single-head zero-ablation change of `key` in each checkpoint, each as a
+    mean over checkpoints with its 95% CI ("worst" = the largest drop, or the largest rise for a lower-is-better
+    metric)."""
+    worse = max if key in ("bpb", "loss") else min
+    rows = []
+    for l in sorted({h["layer"] for h in results[0]["heads"]}):
+        per_ckpt = [[h[f"zero_d{key}"] for h in r["heads"] if h["layer"] == l] for r in results]
+        mean_d = mean_ci([sum(v) / len(v) for v in per_ckpt])
+        worst_d = mean_ci([worse(v) for v in per_ckpt])
+        rows.append({"layer": l, "n": len(results), "mean_d": mean_d[0], "mean_d_ci95_low": mean_d[1],
+                     "mean_d_ci95_high": mean_d[2], "worst_d": worst_d[0], "worst_d_ci95_low": worst_d[1],
+                     "worst_d_ci95_high": worst_d[2]})
+    return rows
+
+
 def _percentile(sorted_values: list[float], q: float) -> float | None:
     if not sorted_values:
         return None
@@ -332,15 +348,19 @@ def ablate(checkpoints: list[Path], out: Path | None = None, importance_split: s
     out = Path(out) if out else Path(first["run_dir"]) / "ablation"
     out.mkdir(parents=True, exist_ok=True)
     metrics = list(first["base"])
-    head_cols = ["checkpoint", "head", "layer", "index", "importance", "rank"] + \
+    head_cols = ["checkpoint", "seed", "head", "layer", "index", "importance", "rank"] + \
         [f"{kind}_d{m}" for kind in ("zero", "mean") for m in metrics]
-    all_heads = [{"checkpoint": Path(r["checkpoint"]).name, **h} for r in results for h in r["heads"]]
+    all_heads = [{"checkpoint": r["checkpoint"], "seed": r["seed"], **h} for r in results for h in r["heads"]]
     _write_csv(all_heads, head_cols, out / "heads.csv")
     short = ["head", "importance", "rank"] + [f"{kind}_d{m}" for kind in ("zero", "mean") for m in metrics]
     text = [f"# Single-head ablation\n\nTask {first['task']}; importance on the {importance_split} split, ablations "
             f"on the {eval_split} split. Δ = ablated minus full model (zero: head output set to 0; mean: replaced by "
             "its mean over the evaluation tokens). Importance: mean over examples of |dL/d gate|, normalised per "
             "layer (Michel et al. 2019); rank 1 = most important."]
+    text += ["\n## Per layer, over checkpoints\n\nFor each checkpoint, the mean and the largest drop of zero-ablating "
+             f"one head of the layer (`{key}`); then the mean over checkpoints with its 95% t-interval.\n",
+             _md_table(layer_summary(results, key), ["layer", "n", "mean_d", "mean_d_ci95_low", "mean_d_ci95_high",
+                                                     "worst_d", "worst_d_ci95_low", "worst_d_ci95_high"])]
     for r in results:
         base = ", ".join(f"{k} {v:.4f}" for k, v in r["base"].items())
         text += [f"\n## {r['checkpoint']} (seed {r['seed']})\n\nFull model: {base}.\n", _md_table(r["heads"], short)]
