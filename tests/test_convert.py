@@ -103,7 +103,8 @@ def test_cli_compares_with_an_mha_control_of_equal_total_steps_over_seeds(tiny_r
     assert arms[("GQA-2 from scratch", "random", "uptraining steps only")] == 2
     assert all(r["n"] == 2 and r["ci95_low"] <= r["bpb"] <= r["ci95_high"] for r in res["table"])
     comparisons = {c["comparison"]: c for c in res["comparisons"]}
-    assert set(comparisons) == {"mean-pool - first (after uptraining)", "mean-pool - MHA control (same total steps)"}
+    assert set(comparisons) == {"mean-pool - first (before uptraining)", "mean-pool - first (after uptraining)",
+                                "mean-pool - MHA control (same total steps)"}
     assert all(c["n"] == 2 and c["verdict"] in ("separated", "not separated") for c in comparisons.values())
     assert (out / "conversion.md").exists() and (out / "conversion.png").exists()
     with pytest.raises(SystemExit) as e:

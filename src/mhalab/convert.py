@@ -170,12 +170,18 @@ def summarise(rows: list[dict[str, Any]], key: str) -> tuple[list[dict], list[di
     def values(match) -> dict:
         return {r["seed"]: r[key] for r in rows if match(r)}
 
-    after = lambda init: values(lambda r: r["init"] == init and r["stage"] == "after uptraining")  # noqa: E731
+    def at(init: str, stage: str) -> dict:
+        return values(lambda r: r["init"] == init and r["stage"] == stage)
+
     control = values(lambda r: r["stage"] == "same total steps")
     comparisons = []
-    for label, a, b in (("mean-pool - first (after uptraining)", after("mean"), after("first")),
-                        ("mean-pool - random (after uptraining)", after("mean"), after("random")),
-                        ("mean-pool - MHA control (same total steps)", after("mean"), control)):
+    for label, a, b in (("mean-pool - first (before uptraining)", at("mean", "before uptraining"),
+                         at("first", "before uptraining")),
+                        ("mean-pool - first (after uptraining)", at("mean", "after uptraining"),
+                         at("first", "after uptraining")),
+                        ("mean-pool - random (after uptraining)", at("mean", "after uptraining"),
+                         at("random", "after uptraining")),
+                        ("mean-pool - MHA control (same total steps)", at("mean", "after uptraining"), control)):
         common = sorted(set(a) & set(b), key=str)
         if common:
             comparisons.append({"comparison": label, **paired([a[s] - b[s] for s in common]).to_dict()})
