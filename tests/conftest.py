@@ -20,6 +20,7 @@ TINY = [
     "trainer.max_epochs=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=2",
     "trainer.limit_test_batches=2", "trainer.enable_progress_bar=false", "trainer.num_sanity_val_steps=0",
     "logger=csv", "stats.every_n_steps=2", "stats.importance_batches=2", "optim.warmup_steps=1",
+    "stats.plots=false",  # drawing takes longer than a tiny run; the tests of pictures turn it on
 ]
 
 

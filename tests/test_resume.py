@@ -99,7 +99,7 @@ def stop_with(sig, args: list[str], cwd) -> tuple[subprocess.CompletedProcess, o
 
 def test_sigterm_saves_writes_an_interrupted_summary_and_the_run_resumes(tmp_path, data_cache):
     args = [*TINY, *RUN, f"paths.root_dir={tmp_path}", f"data.cache_dir={data_cache}",
-            "trainer.max_epochs=30"]  # long enough to be stopped
+            "trainer.max_epochs=8"]  # long enough to be stopped (the signal comes at step 2 of 32), short to resume
     r, run_dir = stop_with(signal.SIGTERM, args, tmp_path)
     assert r.returncode == 143, r.stderr[-3000:]  # 128 + 15, not 0: a scheduler sees the job did not finish
     s = json.loads((run_dir / "summary.json").read_text())
