@@ -37,7 +37,7 @@ from mhalab.checks import check_int, check_number
 from mhalab.errors import ConfigError
 from mhalab.evaluation import eval_mode, evaluate, headline, importance, split_batches
 from mhalab.heads import head_label
-from mhalab.inference import mean_ci, paired
+from mhalab.inference import lower_is_better, mean_ci, paired
 from mhalab.plots import new_figure
 
 class MeanAblation:
@@ -243,7 +243,7 @@ def layer_summary(results: list[dict[str, Any]], key: str) -> list[dict[str, Any
     """Per layer: the mean and the worst single-head zero-ablation change of `key` in each checkpoint, each as a
     mean over checkpoints with its 95% CI ("worst" = the largest drop, or the largest rise for a lower-is-better
     metric)."""
-    worse = max if key in ("bpb", "loss") else min
+    worse = max if lower_is_better(key) else min
     rows = []
     for l in sorted({h["layer"] for h in results[0]["heads"]}):
         per_ckpt = [[h[f"zero_d{key}"] for h in r["heads"] if h["layer"] == l] for r in results]
@@ -319,7 +319,7 @@ def plot_pruning(agg: list[dict], key: str, path: Path, title: str, n_seeds: int
         ax.fill_between(xs, [r["importance_ci95_low"] for r in agg], [r["importance_ci95_high"] for r in agg],
                         color="C0", alpha=0.25, label="importance order, 95% CI over seeds")
     ax.set_xlabel("% of heads pruned")
-    ax.set_ylabel(key + (" (lower is better)" if key in ("bpb", "loss") else " (higher is better)"))
+    ax.set_ylabel(key + (" (lower is better)" if lower_is_better(key) else " (higher is better)"))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     ax.set_title(title, fontsize=9)
@@ -372,7 +372,7 @@ def ablate(checkpoints: list[Path], out: Path | None = None, importance_split: s
                 f"random_{key}", "random_p10", "random_p90", "diff_mean", "diff_ci95_low", "diff_ci95_high", "diff_p",
                 "diff_mde80", "diff_verdict"]
         _write_csv(agg, cols, out / "pruning.csv")
-        better = "lower" if key in ("bpb", "loss") else "higher"
+        better = "lower" if lower_is_better(key) else "higher"
         (out / "pruning.md").write_text(
             f"# Head pruning: importance order against random orders\n\nTask {first['task']}; {len(results)} "
             f"checkpoint(s), {n_random} random orders each; {step:.0%} of the heads per step, importance re-estimated on "

@@ -37,7 +37,7 @@ from mhalab.checks import check_int, check_number
 from mhalab.errors import ConfigError
 from mhalab.evaluation import evaluate, headline, split_batches
 from mhalab.heads import resolve_heads
-from mhalab.inference import mean_ci, paired
+from mhalab.inference import lower_is_better, mean_ci, paired
 from mhalab.plots import new_figure
 
 INITS = ("mean", "first", "random")
@@ -203,7 +203,7 @@ def plot_conversion(table: list[dict], key: str, path: Path, g: int, task: str) 
         ax.text(i, y, f"{y:.3f}", ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(table)))
     ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=6)
-    ax.set_ylabel(key + (" (lower is better)" if key in ("bpb", "loss") else " (higher is better)"))
+    ax.set_ylabel(key + (" (lower is better)" if lower_is_better(key) else " (higher is better)"))
     ax.set_title(f"{task}: MHA -> GQA-{g} (mean and 95% CI over source seeds; red: converted, green: uptrained)",
                  fontsize=8)
     fig.tight_layout()

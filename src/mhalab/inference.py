@@ -86,3 +86,8 @@ def seeds_for(mde: float, sd: float, power: float = 0.80, max_n: int = 1000) -> 
         if (t_quantile(0.975, n - 1) + t_quantile(power, n - 1)) * sd / math.sqrt(n) <= mde:
             return n
     return None
+
+
+def lower_is_better(metric: str) -> bool:
+    """Whether a smaller value of `metric` is better: losses and bits per byte (`val/loss`, `bpb`), not accuracy."""
+    return metric.rsplit("/", 1)[-1] in ("loss", "bpb")

@@ -28,10 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from mhalab.errors import ConfigError
-from mhalab.inference import mean_ci, paired
+from mhalab.inference import lower_is_better, mean_ci, paired
 from mhalab.summary import SUMMARY, RunSummary, read_summary
 
-LOWER_IS_BETTER = {"val/bpb", "val/loss", "test/bpb", "test/loss", "train/loss"}
 IGNORED_KEYS = ("seed", "resume", "fault.", "hydra.", "hydra/")
 DESIGN = ("n_heads", "n_kv_heads", "d_head", "d_model", "d_ff", "n_layers")
 COST = ("params", "flops_per_token", "attention_flops_per_token", "kv_cache_bytes_per_token")
@@ -117,7 +116,8 @@ def aggregate(runs: list[tuple[Path, RunSummary]], metric: str | None = None) ->
         kv = dict(o.split("=", 1) for o in key if "=" in o)
         m = metric or default_metric(first)
         test_m = m.replace("val/", "test/") if m.startswith("val/") else None
-        per_seed = dict(sorted(((s.config.get("seed"), s.metric(m)) for _, s in members), key=lambda item: _seed_order(item[0])))
+        per_seed = dict(sorted(((s.config.get("seed"), s.metric(m)) for _, s in members),
+                               key=lambda item: _seed_order(item[0])))
         vals = [v for v in per_seed.values() if v is not None]
         if not vals:
             raise ConfigError(f"--metric {m!r}: no run of configuration {', '.join(key) or 'default'} recorded it; "
@@ -213,7 +213,7 @@ def markdown(rows: list[dict], failed: list[dict], dirs: list[Path], plots: list
     lines = ["# Sweep report", "", f"Source: {', '.join(md_escape(d) for d in dirs)}", ""]
     if rows:
         m = rows[0]["metric"]
-        better = "lower" if m in LOWER_IS_BETTER else "higher"
+        better = "lower" if lower_is_better(m) else "higher"
         lines += [f"Metric: `{m}` ({better} is better), the final validation value: mean and 95% t-interval over "
                   f"seeds. Δ: this configuration minus the baseline (`{md_escape(rows[0]['baseline'])}`) on the same "
                   "seeds, with its 95% CI, p (paired t-test) and the minimum detectable effect at 80% power (MDE); "
@@ -289,7 +289,7 @@ def plot_metric(rows: list[dict], x: str, out: Path) -> Path:
         ax.set_xticks(xs, [str(v) for v in xs])
     m = rows[0]["metric"]
     ax.set_xlabel(x)
-    ax.set_ylabel(f"{m} ({'lower' if m in LOWER_IS_BETTER else 'higher'} is better)")
+    ax.set_ylabel(f"{m} ({'lower' if lower_is_better(m) else 'higher'} is better)")
     ax.set_title(f"{', '.join(sorted({str(r['task']) for r in rows}))}: {m} vs {x} (dotted: each seed)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
