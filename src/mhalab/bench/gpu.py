@@ -39,15 +39,6 @@ from mhalab.cost import training_bytes
 from mhalab.errors import ConfigError
 from mhalab.schema import StatsConfig
 
-
-
-def _checkout() -> Path | None:
-    """The source checkout holding tests/test_gpu.py: the working directory, else the one an editable install
-    points into; None for a plain install run elsewhere."""
-    for root in (Path.cwd(), Path(__file__).resolve().parents[3]):
-        if (root / "tests" / "test_gpu.py").is_file():
-            return root
-    return None
 TINY_TRAIN = ["trainer.accelerator=cpu", "trainer.devices=1", "trainer.precision=32-true", "model.d_model=32",
               "model.n_layers=1", "model.d_ff=64", "attention.n_heads=2", "data.limit=64", "data.max_len=64",
               "data.batch_size=16", "trainer.limit_val_batches=2", "trainer.limit_test_batches=2",
@@ -133,6 +124,15 @@ def kernel_survey(device: torch.device, dtype: torch.dtype, d_head: int = 64, se
 
 
 # -- steps -----------------------------------------------------------------------------------------------------
+
+def _checkout() -> Path | None:
+    """The source checkout holding tests/test_gpu.py: the working directory, else the one an editable install
+    points into; None for a plain install run elsewhere."""
+    for root in (Path.cwd(), Path(__file__).resolve().parents[3]):
+        if (root / "tests" / "test_gpu.py").is_file():
+            return root
+    return None
+
 
 def _tests(cfg, out: Path, device, budget: Budget) -> dict:
     repo = _checkout()
