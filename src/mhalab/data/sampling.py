@@ -51,13 +51,17 @@ class EpochIndexed(Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
+    @staticmethod
+    def _epoch_and_index(key) -> tuple[int, int]:
+        return key if isinstance(key, tuple) else (0, key)
+
     def __getitem__(self, key):
-        epoch, index = key if isinstance(key, tuple) else (0, key)
+        epoch, index = self._epoch_and_index(key)
         return {**self.dataset[index], "epoch": epoch}
 
     def __getitems__(self, keys: list) -> list[dict]:
         """A whole batch in one read (the DataLoader calls this instead of one __getitem__ per example)."""
-        pairs = [k if isinstance(k, tuple) else (0, k) for k in keys]
+        pairs = [self._epoch_and_index(k) for k in keys]
         columns = self.dataset[[index for _, index in pairs]]  # {column: [value per example]}
         return [{**{name: values[i] for name, values in columns.items()}, "epoch": epoch}
                 for i, (epoch, _) in enumerate(pairs)]
