@@ -159,6 +159,15 @@ def test_multirun_gives_one_directory_and_summary_per_job(train, tmp_path):
     assert sorted(s["architecture"]["attention"]["n_heads"] for s in runs) == [1, 2, 4]
 
 
+def test_parallel_launcher_sweep_runs_every_job_in_worker_processes(run_train, tmp_path):
+    """The recorded experiments' launcher, as a real process: joblib workers restore Hydra's state (the guarded
+    pkg:// source among it) and each job ends ok with its own summary."""
+    r = run_train("hydra/launcher=parallel", "hydra.launcher.n_jobs=2", "seed=0,1", multirun=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = summaries(tmp_path)
+    assert sorted(s["config"]["seed"] for s in got) == [0, 1] and {s["status"] for s in got} == {"ok"}
+
+
 def test_config_error_exits_2_with_one_sentence_and_no_run_dir(train, tmp_path):
     r = train("attention.n_heads=8", "attention.n_kv_heads=3")
     assert r.returncode == 2

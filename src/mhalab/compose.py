@@ -288,3 +288,8 @@ class GuardedPackageSource(ImportlibResourcesConfigSource):
                               f"the package {package!r} to read it; only mhalab, Hydra and its plugins and packages "
                               "granted with --allow may be searched (use a folder: --config-dir DIR)")
         super().__init__(provider, path)
+
+
+# Hydra's registry accepts a second registration of a scheme only under the same class name: a joblib or submitit
+# worker restores Hydra's singletons (this class among them) and then registers Hydra's own sources again.
+GuardedPackageSource.__name__ = ImportlibResourcesConfigSource.__name__
