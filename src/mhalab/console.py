@@ -14,6 +14,24 @@ from mhalab.summary import RunSummary
 log = logging.getLogger("mhalab")
 
 
+# Lightning's warnings that say nothing about a run of mhalab: a deprecation inside Lightning, few workers (a
+# choice), a short epoch, a resumed run writing where it wrote before, and `srun` installed (a SLURM login node or a
+# one-task job, where mhalab needs no srun)
+_NOISE = (r".*isinstance\(treespec, LeafSpec\)` is deprecated.*", r".*does not have many workers.*",
+          r".*The number of training batches .* is smaller than the logging interval.*",
+          r".*Checkpoint directory .* exists and is not empty.*", r".*The `srun` command is available on your system.*")
+
+
+def quiet_lightning() -> None:
+    """Silence Lightning's noise (above) and its INFO banners (devices found, tips, restores) in this process."""
+    import warnings
+
+    for pattern in _NOISE:
+        warnings.filterwarnings("ignore", message=pattern)
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def usage(argv: list[str]) -> str:
     """`mhalab train --help`: the groups and their options, where the keys are defined, and the composed config
     for the given overrides. (Hydra's own help deep-copies the schema once per group: seconds; this: a fraction.)"""

@@ -36,6 +36,7 @@ import torch
 
 from mhalab.checkpoint import build_data, load_module, load_run
 from mhalab.checks import check_int, check_number
+from mhalab.console import quiet_lightning
 from mhalab.errors import ConfigError
 from mhalab.evaluation import evaluate, headline, split_batches
 from mhalab.heads import resolve_heads
@@ -100,6 +101,7 @@ def uptrain(module, dm, steps: int, trainer_cfg: dict[str, Any], out: Path, name
     if lr is not None:
         optim["lr"] = lr
     module.hparams.optim = optim
+    quiet_lightning()
     L.seed_everything(seed, workers=True, verbose=False)
     trainer = L.Trainer(accelerator="cpu" if not torch.cuda.is_available() else "auto", devices=1,
                         max_steps=steps, max_epochs=-1, limit_val_batches=0, num_sanity_val_steps=0,

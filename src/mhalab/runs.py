@@ -273,14 +273,17 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    from mhalab.slurm import check_launcher
+
     master = composer.sweep_config(overrides)
     sweep_dir = str(OmegaConf.select(master, "hydra.sweep.dir"))
     sweeper = str(OmegaConf.select(master, "hydra.sweeper._target_", default=""))
     if not sweeper.endswith("BasicSweeper"):  # e.g. Optuna: its trials are drawn while it runs
         tc = check_job(master, sweep_dir, _files(composer, master))
-        check_writable(Path(tc.paths.log_dir), "paths.log_dir")
         if tc.resume:
             raise ConfigError(f"resume with the sweeper {sweeper}: only grid sweeps (the basic sweeper) resume")
+        check_launcher(master, int(OmegaConf.select(master, "hydra.sweeper.n_jobs", default=1) or 1))
+        check_writable(Path(tc.paths.log_dir), "paths.log_dir")
         return Plan(list(argv), True, [(overrides, tc)])
     from mhalab.targets import check_config, check_no_grant_in_config
 
@@ -303,6 +306,7 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
         except ConfigError as e:
             raise ConfigError(f"sweep job {i} ({' '.join(job)}): {e}") from None
     tc = checked[0][1]
+    check_launcher(master, len(checked))  # the cluster's own answer, before anything is written
     check_writable(Path(tc.paths.log_dir), "paths.log_dir")
     plan = Plan(list(argv), True, checked)
     if tc.resume:

@@ -20,28 +20,23 @@ import platform
 import shlex
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from mhalab.console import header, result_line, usage, warn_if_repeating
+from mhalab.console import header, quiet_lightning, result_line, usage, warn_if_repeating
 from mhalab.errors import ConfigError
 from mhalab.runs import (LAST, Finished, RunLock, new_command, preflight, register_resolvers,
                          remove_stale_temporaries, run_status, validate)
+from mhalab import slurm
 from mhalab.schema import register
 from mhalab.summary import RunSummary, read_summary, write_summary
 
 log = logging.getLogger("mhalab")
 CONFIG_PATH = "pkg://mhalab.conf"
 # known noise, silenced at its source: Lightning's own deprecation of torch internals
-_NOISE = (r".*isinstance\(treespec, LeafSpec\)` is deprecated.*", r".*does not have many workers.*",
-          r".*The number of training batches .* is smaller than the logging interval.*",
-          r".*Checkpoint directory .* exists and is not empty.*")  # a resumed run writes where it wrote before
-
-
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     register()
@@ -139,10 +134,7 @@ def train(tc, run_dir: Path, overrides: list[str]) -> RunSummary:
     from mhalab.data import build_datamodule
     from mhalab.module import AttentionLitModule
 
-    for pattern in _NOISE:
-        warnings.filterwarnings("ignore", message=pattern)
-    for name in ("lightning.pytorch", "lightning.fabric"):  # devices found, tips, restores: noise beside mhalab's
-        logging.getLogger(name).setLevel(logging.WARNING)
+    quiet_lightning()
     t_start = time.perf_counter()
     if _launcher_rank() == 0:
         remove_stale_temporaries(run_dir)
@@ -171,7 +163,7 @@ def train(tc, run_dir: Path, overrides: list[str]) -> RunSummary:
             warn_if_repeating(tc, dm)
 
         ckpt_path = str(tc.ckpt_path) if tc.ckpt_path else None
-        if (tc.resume or _requeued()) and (run_dir / LAST).is_file():
+        if (tc.resume or slurm.requeued()) and (run_dir / LAST).is_file():
             ckpt_path = str(run_dir / LAST)
             log.info("resuming from %s", ckpt_path)
         loggers, callbacks = build_loggers_and_callbacks(tc, run_dir, resuming=ckpt_path == str(run_dir / LAST))
@@ -227,7 +219,7 @@ def train(tc, run_dir: Path, overrides: list[str]) -> RunSummary:
                              f"resume={run_dir}"])
         print(f"mhalab: {e} at step {step}; the last checkpoint is {run_dir / LAST}; resume with:\n  {resume}",
               file=sys.stderr)
-        _requeue_on_slurm(e.signum, stop.previous(e.signum))
+        slurm.requeue(e.signum, stop.previous(e.signum))
         raise _Stop(e.exit_code) from None
     except FloatingPointError as e:
         print(f"error: training stopped: {e}; the last good checkpoint is kept in {run_dir / 'checkpoints'}",
@@ -316,30 +308,6 @@ def _test_checkpoint(best, module, tc, last_path: Path) -> Path:
     return Path(best.best_model_path)
 
 
-def _requeued() -> bool:
-    """A SLURM job started again after a requeue (its run directory holds the checkpoint to continue)."""
-    return os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0")
-
-
-def _requeue_on_slurm(signum: int, previous) -> None:
-    """SIGUSR1/2 under SLURM is the warning before a time limit or preemption, sent once the checkpoint is saved:
-    hand it to the handler that was there before (submitit's, under hydra/launcher=slurm: it requeues the job with
-    its arguments), else requeue the job as Lightning's SLURMEnvironment(auto_requeue=True) does. The requeued job
-    finds its run directory's last.ckpt and continues from it (`_requeued`)."""
-    import signal
-    import subprocess
-
-    if signum not in (signal.SIGUSR1, signal.SIGUSR2) or not os.environ.get("SLURM_JOB_ID"):
-        return
-    if callable(previous):
-        previous(signum, None)
-        return
-    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-    job = f"{array}_{task}" if array and task else os.environ["SLURM_JOB_ID"]
-    result = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
-    log.info("requeued SLURM job %s (scontrol exit %d)", job, result.returncode)
-
-
 def wandb_run_id(run_dir: Path) -> str | None:
     """The id of the wandb run (offline or online) already in run_dir/wandb, to continue it."""
     runs = sorted((run_dir / "wandb").glob("*run-*"), key=lambda p: p.stat().st_mtime)
@@ -399,7 +367,8 @@ def _environment() -> dict[str, Any]:
             "machine": platform.machine(), "processor": _cpu_name(), "cpu_count": os.cpu_count(),
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
             "torch_threads": torch.get_num_threads(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability()}  # the CPU kernels: results differ across them
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # the CPU kernels: results differ across them
+            "slurm_job": os.environ.get("SLURM_JOB_ID"), "slurm_cpus_per_task": os.environ.get("SLURM_CPUS_PER_TASK")}
 
 
 def _cpu_name() -> str:
