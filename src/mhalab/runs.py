@@ -250,6 +250,7 @@ def preflight(argv: list[str], task_function=None) -> Plan:
         cfg = composer.run_config(overrides)
         run_dir = OmegaConf.select(cfg, "hydra.run.dir")
         tc = check_job(cfg, run_dir, _files(composer, cfg))
+        check_unlocked(Path(run_dir))  # Hydra writes its bookkeeping there before any job code runs
     log_dir = Path(tc.paths.log_dir)
     check_writable(log_dir, "paths.log_dir")
     plan = Plan(list(argv), False, [(overrides, tc)])
@@ -300,6 +301,7 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
                 raise ConfigError(f"hydra.sweep.subdir={OmegaConf.select(cfg, 'hydra.sweep.subdir')!r}: a job's "
                                   f"folder must be inside the sweep directory {sweep_dir}")
             checked.append((job, check_job(cfg, job_dir, _files(composer, cfg))))
+            check_unlocked(Path(job_dir))  # Hydra writes its bookkeeping there before any job code runs
         except ConfigError as e:
             raise ConfigError(f"sweep job {i} ({' '.join(job)}): {e}") from None
     tc = checked[0][1]

@@ -73,9 +73,16 @@ def run(cfg: DictConfig) -> float | None:
     multirun = hc.mode == RunMode.MULTIRUN
     overrides = list(hc.overrides.task)
     lock = RunLock(run_dir)
-    try:
-        if _launcher_rank() == 0:  # DDP's other processes work in rank 0's run directory, under its lock
+    if _launcher_rank() == 0:  # DDP's other processes work in rank 0's run directory, under its lock
+        try:
             lock.acquire()
+        except ConfigError as e:  # another process works there: its directory is left as it is
+            who = f"job {hc.job.num} of the sweep" if multirun else "the run"
+            print(f"error: {who} did not start: {e}", file=sys.stderr)
+            if multirun:
+                return None
+            sys.exit(2)
+    try:
         tc = _check_running_job(cfg, hc, run_dir)
         if multirun and run_status(run_dir) == "ok":  # a resumed sweep: this job finished before
             done = read_summary(run_dir)
