@@ -6,8 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import TINY
-
 RUN = ["stats.importance=false", "stats.plots=false"]
 
 
