@@ -25,6 +25,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from mhalab.errors import ConfigError
+from mhalab.stopping import stops_as_a_whole
 from mhalab.summary import SUMMARY
 
 LAST = Path("checkpoints") / "last.ckpt"
@@ -221,6 +222,7 @@ class Plan:
     jobs: list[tuple[list[str], Any]]  # (overrides, TrainConfig)
     resume_dir: Path | None = None
     show_only: bool = False  # Hydra prints something (--cfg, --info, --hydra-help) and runs no job
+    sweep_dir: Path | None = None  # a sweep that stops as a whole (`mhalab.stopping.stops_as_a_whole`)
 
 
 def preflight(argv: list[str], task_function=None) -> Plan:
@@ -313,6 +315,8 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
     elif not any(o.startswith("hydra.sweep.dir=") for o in overrides):
         # resolved here, once: a launcher's worker processes would each make their own run id
         plan.argv = plan.argv + [f"hydra.sweep.dir={sweep_dir}"]
+    if stops_as_a_whole(master.hydra):
+        plan.sweep_dir = Path(plan.resume_dir or sweep_dir).resolve()
     return plan
 
 
