@@ -66,8 +66,9 @@ def ctrl_c_sweep(tmp_path_factory, data_cache):
     """A parallel sweep (two workers, three jobs) stopped by Ctrl-C, SIGINT to its process group as a terminal sends
     it, once both running jobs have a checkpoint: (its arguments, exit status, stdout, stderr, sweep directory)."""
     root = tmp_path_factory.mktemp("ctrl_c")
+    # 400 steps a job: the second worker may start training 100 steps after the first on a loaded machine
     args = ["-m", "hydra/launcher=parallel", *TINY, *RUN, f"paths.root_dir={root}", f"data.cache_dir={data_cache}",
-            "trainer.max_epochs=40", "trainer.limit_train_batches=4", "seed=0,1,2"]
+            "trainer.max_epochs=100", "trainer.limit_train_batches=4", "seed=0,1,2"]
     proc = subprocess.Popen([*MHALAB, "train", *args], cwd=root, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     multiruns = root / "logs" / "train" / "multiruns"
@@ -111,7 +112,7 @@ def test_the_command_a_stopped_sweep_prints_finishes_every_job(ctrl_c_sweep):
 ])
 def test_a_sweep_stops_as_a_whole_whichever_process_gets_the_signal(tmp_path, data_cache, launcher, sig, to_group):
     args = ["-m", f"hydra/launcher={launcher}", *TINY, *RUN, f"paths.root_dir={tmp_path}",
-            f"data.cache_dir={data_cache}", "trainer.max_epochs=40", "trainer.limit_train_batches=4", "seed=0,1"]
+            f"data.cache_dir={data_cache}", "trainer.max_epochs=200", "trainer.limit_train_batches=4", "seed=0,1"]
     proc = subprocess.Popen([*MHALAB, "train", *args], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     running = 1 if launcher == "basic" else 2
