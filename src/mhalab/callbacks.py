@@ -6,7 +6,7 @@
 - `ProgressLog`: a log line every n steps when there is no progress bar to watch (files, nohup, SLURM).
 - `LastCheckpoint`: `checkpoints/last.ckpt` at every checkpoint event, every n steps and on demand.
 - `StepSeed`: every random draw of a training step comes from (seed, step), never from what ran before.
-- `GracefulStop`: SIGINT, SIGTERM, SIGUSR1/2 stop training at the next step boundary with a checkpoint.
+- `GracefulStop`: a stop signal (`mhalab.stopping`) stops training at the next step boundary with a checkpoint.
 - `FaultInjection`: deliberate crashes for the recovery tests.
 """
 
@@ -32,6 +32,7 @@ from mhalab.errors import ConfigError
 from mhalab.heads import head_label
 from mhalab.runs import LAST
 from mhalab.schema import StatsConfig
+from mhalab.stopping import SIGNALS, Interrupted
 
 log = logging.getLogger("mhalab")
 
@@ -283,65 +284,44 @@ class StepSeed(L.Callback):
         seed_all(self.seed * 100_003 + 7919 * (trainer.global_step + 1) + trainer.global_rank)
 
 
-class Interrupted(Exception):
-    """Training was stopped by a signal; `exit_code` is 128 + the signal number."""
-
-    def __init__(self, signum: int):
-        self.signum = signum
-        self.exit_code = 128 + signum
-        super().__init__(f"stopped by {signal.Signals(signum).name}")
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
-
-
 class GracefulStop(Checkpoint):
-    """SIGINT, SIGTERM (what schedulers send) and SIGUSR1/SIGUSR2 (SLURM's warning before a time limit or
-    preemption) stop a run cleanly: during training at the next step boundary, or at the end of the validation
-    that follows it, after `LastCheckpoint` saved the state (a `Checkpoint` placed after it, Lightning calls this
-    last); outside training (data preparation, test) at once. `Interrupted` carries the exit status. Install with
-    `install()` around the whole run; Lightning replaces signal handlers when fitting starts, so they are
-    installed again at `on_train_start`."""
+    """Stops a run cleanly on a stop signal (`mhalab.stopping`) or when its sweep is stopped (`sweep_dir`): during
+    training at the next step boundary, or at the end of the validation that follows it, after `LastCheckpoint` saved
+    the state (a `Checkpoint` placed after it, Lightning calls this last); outside training (data preparation, test)
+    at once. `Interrupted` carries the exit status. `install()` around the whole run; Lightning replaces signal
+    handlers when fitting starts, so they are installed again at `on_train_start`."""
 
-    def __init__(self, last: LastCheckpoint):
-        self.last = last
-        self.requested: int | None = None
-        self.in_training = False
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum, frame) -> None:
-        if self.requested is None:
-            log.warning("received %s: stopping at the next step boundary", signal.Signals(signum).name)
-        self.requested = signum
-        if not self.in_training:
-            raise Interrupted(signum)
+    def __init__(self, last: LastCheckpoint, sweep_dir: Path | None = None):
+        self.last, self.sweep_dir = last, sweep_dir
+        self.owns = False  # installed the process's handler itself (train called outside `mhalab train`)
 
     def install(self) -> None:
-        for sig in STOP_SIGNALS:
-            self._previous.setdefault(sig, signal.getsignal(sig))
-            signal.signal(sig, self._handle)
+        self.owns = SIGNALS.install() or self.owns
+        SIGNALS.now = True
 
     def uninstall(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous = {}
+        SIGNALS.now = SIGNALS.training = False
+        if self.owns:
+            SIGNALS.uninstall()
+            self.owns = False
 
     def previous(self, signum: int):
-        """The handler that was installed before this one for `signum` (e.g. submitit's requeue handler)."""
-        return self._previous.get(signum)
+        """The handler that was installed before mhalab's for `signum` (e.g. submitit's requeue handler)."""
+        return SIGNALS.original(signum)
 
     def check(self) -> None:
         """Raise Interrupted if a stop was requested."""
-        if self.requested is not None:
-            raise Interrupted(self.requested)
+        signum = SIGNALS.requested(self.sweep_dir)
+        if signum is not None:
+            raise Interrupted(signum)
 
     def on_train_start(self, trainer, pl_module) -> None:
-        self.install()
-        self.in_training = True
+        SIGNALS.install()
+        SIGNALS.now, SIGNALS.training = False, True
         self.check()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.requested is not None and not validation_due(trainer):
+        if SIGNALS.requested(self.sweep_dir) is not None and not validation_due(trainer):
             self.last.save(trainer)
             self.check()
 
@@ -350,7 +330,7 @@ class GracefulStop(Checkpoint):
             self.check()  # LastCheckpoint has saved this state already
 
     def on_train_end(self, trainer, pl_module) -> None:
-        self.in_training = False
+        SIGNALS.now, SIGNALS.training = True, False
 
 
 class FaultInjection(L.Callback):

@@ -25,6 +25,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from mhalab.errors import ConfigError
+from mhalab.stopping import stops_as_a_whole
 from mhalab.summary import SUMMARY
 
 LAST = Path("checkpoints") / "last.ckpt"
@@ -221,6 +222,7 @@ class Plan:
     jobs: list[tuple[list[str], Any]]  # (overrides, TrainConfig)
     resume_dir: Path | None = None
     show_only: bool = False  # Hydra prints something (--cfg, --info, --hydra-help) and runs no job
+    sweep_dir: Path | None = None  # a sweep that stops as a whole (`mhalab.stopping.stops_as_a_whole`)
 
 
 def preflight(argv: list[str], task_function=None) -> Plan:
@@ -250,6 +252,7 @@ def preflight(argv: list[str], task_function=None) -> Plan:
         cfg = composer.run_config(overrides)
         run_dir = OmegaConf.select(cfg, "hydra.run.dir")
         tc = check_job(cfg, run_dir, _files(composer, cfg))
+        check_unlocked(Path(run_dir))  # Hydra writes its bookkeeping there before any job code runs
     log_dir = Path(tc.paths.log_dir)
     check_writable(log_dir, "paths.log_dir")
     plan = Plan(list(argv), False, [(overrides, tc)])
@@ -303,6 +306,7 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
                 raise ConfigError(f"hydra.sweep.subdir={OmegaConf.select(cfg, 'hydra.sweep.subdir')!r}: a job's "
                                   f"folder must be inside the sweep directory {sweep_dir}")
             checked.append((job, check_job(cfg, job_dir, _files(composer, cfg))))
+            check_unlocked(Path(job_dir))  # Hydra writes its bookkeeping there before any job code runs
         except ConfigError as e:
             raise ConfigError(f"sweep job {i} ({' '.join(job)}): {e}") from None
     tc = checked[0][1]
@@ -315,6 +319,8 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
     elif not any(o.startswith("hydra.sweep.dir=") for o in overrides):
         # resolved here, once: a launcher's worker processes would each make their own run id
         plan.argv = plan.argv + [f"hydra.sweep.dir={sweep_dir}"]
+    if stops_as_a_whole(master.hydra):
+        plan.sweep_dir = Path(plan.resume_dir or sweep_dir).resolve()
     return plan
 
 

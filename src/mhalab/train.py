@@ -7,8 +7,9 @@ validates at the end, tests the best checkpoint and writes <run_dir>/summary.jso
 Exit status: 0 on success (and when asked to resume a run that has finished); 2 for a config or input error (one
 sentence on stderr, no run directory left behind); 1 when training fails (a NaN loss, a full disk: summary.json
 then says "failed" and why); 128 + the signal when stopped by SIGINT (130), SIGTERM (143) or SIGUSR1/2, after a
-checkpoint and an "interrupted" summary, with the command that resumes the run. In a multirun a failing job
-records its failure in its own summary.json and the sweep goes on.
+checkpoint and an "interrupted" summary, with the command that resumes the run (`mhalab.stopping`; also during
+start-up). In a multirun a failing job records its failure in its own summary.json and the sweep goes on; a grid
+sweep on this machine stops as a whole, with one line and the command that resumes the sweep.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from mhalab import slurm, stopping
 from mhalab.console import header, quiet_lightning, result_line, usage, warn_if_repeating
 from mhalab.errors import ConfigError
 from mhalab.runs import (LAST, Finished, RunLock, new_command, preflight, register_resolvers,
                          remove_stale_temporaries, run_status, validate)
-from mhalab import slurm
 from mhalab.schema import register
 from mhalab.summary import RunSummary, read_summary, write_summary
 
@@ -54,8 +55,22 @@ def main(argv: list[str] | None = None) -> None:
         print(f"mhalab: {f}")
         print(result_line(read_summary(f.run_dir), f.run_dir))
         sys.exit(0)
+    handled = not plan.show_only and (not plan.multirun or plan.sweep_dir is not None)
+    if handled:  # else Hydra's own handling: a SLURM or Optuna sweep's parent stops as before
+        stopping.SIGNALS.start_command(plan.sweep_dir)
     sys.argv = [sys.argv[0]] + plan.argv
-    hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")(run)()
+    try:
+        hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")(run)()
+    except KeyboardInterrupt:  # a worker that had not begun its job yet (joblib hands its KeyboardInterrupt on)
+        if plan.sweep_dir is None or stopping.stopped(plan.sweep_dir) is None:
+            raise
+    finally:
+        if handled:
+            stopping.SIGNALS.uninstall()
+    signum = stopping.stopped(plan.sweep_dir) if plan.sweep_dir is not None else None
+    if signum is not None:
+        print(stopping.sweep_stopped(argv, plan.sweep_dir, signum), file=sys.stderr)
+        sys.exit(128 + signum)
 
 
 def run(cfg: DictConfig) -> float | None:
@@ -67,16 +82,28 @@ def run(cfg: DictConfig) -> float | None:
     run_dir = Path(hc.runtime.output_dir)
     multirun = hc.mode == RunMode.MULTIRUN
     overrides = list(hc.overrides.task)
+    sweep_dir = Path(hc.runtime.cwd, hc.sweep.dir) if multirun and stopping.stops_as_a_whole(hc) else None
+    if sweep_dir is not None and stopping.stopped(sweep_dir) is not None:
+        _leave_unstarted(run_dir)  # the sweep was stopped before this job began: resuming it runs the job
+        return None
+    stopping.SIGNALS.start_job()
     lock = RunLock(run_dir)
-    try:
-        if _launcher_rank() == 0:  # DDP's other processes work in rank 0's run directory, under its lock
+    if _launcher_rank() == 0:  # DDP's other processes work in rank 0's run directory, under its lock
+        try:
             lock.acquire()
+        except ConfigError as e:  # another process works there: its directory is left as it is
+            who = f"job {hc.job.num} of the sweep" if multirun else "the run"
+            print(f"error: {who} did not start: {e}", file=sys.stderr)
+            if multirun:
+                return None
+            sys.exit(2)
+    try:
         tc = _check_running_job(cfg, hc, run_dir)
         if multirun and run_status(run_dir) == "ok":  # a resumed sweep: this job finished before
             done = read_summary(run_dir)
             log.info("job %s finished before: %s", run_dir, result_line(done, run_dir))
             return done.metrics.get("val/loss")
-        summary = train(tc, run_dir, overrides)
+        summary = train(tc, run_dir, overrides, sweep_dir)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         if multirun:  # keep the job's directory so the sweep report lists it as failed
@@ -87,6 +114,11 @@ def run(cfg: DictConfig) -> float | None:
             _remove_run_dir(run_dir)
         sys.exit(2)
     except _Stop as e:
+        if e.signum is not None and sweep_dir is not None:  # the sweep stops as a whole and says how to resume it
+            stopping.mark_stopped(sweep_dir, e.signum)
+            return None
+        if e.note:
+            print(e.note, file=sys.stderr)
         if multirun and e.exit_code == 1:
             return None
         sys.exit(e.exit_code)
@@ -117,18 +149,20 @@ def _check_running_job(cfg: DictConfig, hc, run_dir: Path):
 
 
 class _Stop(Exception):
-    """A run that ended early; its summary is written and `exit_code` says how."""
+    """A run that ended early; its summary is written and `exit_code` says how (`signum` when a signal stopped it,
+    `note` the line that says how to resume)."""
 
-    def __init__(self, exit_code: int):
-        self.exit_code = exit_code
+    def __init__(self, exit_code: int, signum: int | None = None, note: str | None = None):
+        self.exit_code, self.signum, self.note = exit_code, signum, note
 
 
-def train(tc, run_dir: Path, overrides: list[str]) -> RunSummary:
-    """Everything after validation; returns the summary, also written to run_dir/summary.json."""
+def train(tc, run_dir: Path, overrides: list[str], sweep_dir: Path | None = None) -> RunSummary:
+    """Everything after validation; returns the summary, also written to run_dir/summary.json. `sweep_dir`: the
+    sweep this job stops with (`mhalab.stopping`)."""
     import lightning as L
     import torch
 
-    from mhalab.callbacks import GracefulStop, Interrupted, LastCheckpoint, StepSeed, FaultInjection
+    from mhalab.callbacks import GracefulStop, LastCheckpoint, StepSeed, FaultInjection
     from mhalab.checkpoint import AtomicCheckpointIO
     from mhalab.cost import model_cost
     from mhalab.data import build_datamodule
@@ -139,14 +173,15 @@ def train(tc, run_dir: Path, overrides: list[str]) -> RunSummary:
     if _launcher_rank() == 0:
         remove_stale_temporaries(run_dir)
     last = LastCheckpoint(run_dir, tc.checkpoint.every_n_steps)
-    stop = GracefulStop(last)
-    stop.install()
+    stop = GracefulStop(last, sweep_dir)
     fault = FaultInjection(**dataclasses.asdict(tc.fault))
     torch.set_num_threads(tc.torch_threads or job_threads())  # before the environment is recorded
     base = RunSummary(status="ok", task=tc.data.task, objective=tc.data.objective, overrides=overrides,
                       config=_plain(tc), environment=_environment())
     trainer = None
     try:
+        stop.install()  # from here a signal stops the run at once, or at a step boundary while training
+        stop.check()  # one during start-up (imports, Hydra) was recorded: stop before anything else
         L.seed_everything(tc.seed, workers=True, verbose=False)
         dm = build_datamodule(tc.data, seed=tc.seed)
         dm.prepare_data()
@@ -212,15 +247,16 @@ def train(tc, run_dir: Path, overrides: list[str]) -> RunSummary:
 
         faults.point("after_summary")
         return summary
-    except Interrupted as e:
+    except stopping.Interrupted as e:
+        previous = stop.previous(e.signum)
+        stop.uninstall()  # no second interruption while the summary is written
         step = trainer.global_step if trainer is not None else 0
         _write_failure(run_dir, base, trainer, "interrupted", "signal", f"{e} at step {step}")
         resume = shlex.join(["mhalab", "train", *(o for o in overrides if not o.startswith("resume=")),
                              f"resume={run_dir}"])
-        print(f"mhalab: {e} at step {step}; the last checkpoint is {run_dir / LAST}; resume with:\n  {resume}",
-              file=sys.stderr)
-        slurm.requeue(e.signum, stop.previous(e.signum))
-        raise _Stop(e.exit_code) from None
+        saved = f"the last checkpoint is {run_dir / LAST}; " if (run_dir / LAST).is_file() else ""
+        slurm.requeue(e.signum, previous)
+        raise _Stop(e.exit_code, e.signum, f"mhalab: {e} at step {step}; {saved}resume with:\n  {resume}") from None
     except FloatingPointError as e:
         print(f"error: training stopped: {e}; the last good checkpoint is kept in {run_dir / 'checkpoints'}",
               file=sys.stderr)
@@ -384,6 +420,21 @@ def _cpu_name() -> str:
 def _launcher_rank() -> int:
     """This process's rank when a launcher (Lightning's DDP, torchrun, SLURM tasks) started several; else 0."""
     return int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0")) or 0)
+
+
+def _leave_unstarted(run_dir: Path) -> None:
+    """A job that does not start leaves no folder behind (Hydra made it with its bookkeeping only), unless another
+    process works there."""
+    lock = RunLock(run_dir)
+    try:
+        lock.acquire()
+    except ConfigError:
+        return
+    try:
+        if _looks_empty(run_dir):
+            _remove_run_dir(run_dir)
+    finally:
+        lock.release()
 
 
 def _looks_empty(run_dir: Path) -> bool:

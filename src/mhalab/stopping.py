@@ -1,0 +1,148 @@
+"""Stop signals: SIGINT (Ctrl-C), SIGTERM (what schedulers send) and SIGUSR1/2 (SLURM's warning before a time limit
+or preemption) stop a run cleanly, whenever they come. One handler per process (`SIGNALS`) records the signal:
+
+- from the moment `mhalab train` has checked its jobs (Hydra starting, imports) it is only recorded, and the job
+  stops as its training would begin, with an "interrupted" summary and the command that resumes it;
+- while training, `mhalab.callbacks.GracefulStop` stops at the next step boundary after saving last.ckpt;
+- in data preparation, the last validation and testing (no step boundary comes) it stops at once (`Interrupted`).
+
+A grid sweep whose jobs run on this machine (Hydra's basic or joblib launcher: `stops_as_a_whole`) stops as a whole.
+A signal to the command, to any of its jobs or to their process group (Ctrl-C) leaves `<sweep_dir>/.stopped`; each
+running job stops at its next step boundary, a job not yet started does not start, and the command prints one line
+with the sweep's own resume command. Sweeps elsewhere (SLURM) and drawn as they go (Optuna) stop job by job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import signal
+from pathlib import Path
+
+log = logging.getLogger("mhalab")
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+STOPPED = ".stopped"  # in a sweep directory: the number of the signal that stopped the sweep
+LOCAL_LAUNCHERS = ("BasicLauncher", "JoblibLauncher")
+
+
+class Interrupted(Exception):
+    """A run stopped by a signal; `exit_code` is 128 + the signal number."""
+
+    def __init__(self, signum: int):
+        self.signum, self.exit_code = signum, 128 + signum
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+
+
+class StopSignals:
+    """This process's handler of the stop signals. It records the signal (`received`), marks the command's sweep
+    stopped (`sweep_dir`), logs while training (`training`) and raises `Interrupted` where no step boundary comes
+    (`now`). The handlers it replaced are kept (`original`: e.g. submitit's, which requeues a SLURM job)."""
+
+    def __init__(self):
+        self.received: int | None = None
+        self.sweep_dir: Path | None = None
+        self.now = self.training = self.command = False
+        self.originals: dict[int, object] = {}
+
+    def install(self) -> bool:
+        """Handle the stop signals here (again after Lightning replaced a handler); True when newly installed."""
+        new = not self.originals
+        for sig in STOP_SIGNALS:
+            self.originals.setdefault(sig, signal.getsignal(sig))
+            signal.signal(sig, self._handle)
+        return new
+
+    def uninstall(self) -> None:
+        """The handlers that were there before, and nothing recorded."""
+        for sig, handler in self.originals.items():
+            signal.signal(sig, handler)
+        self.__init__()
+
+    def original(self, signum: int):
+        return self.originals.get(signum)
+
+    def start_command(self, sweep_dir: Path | None) -> None:
+        """`mhalab train` runs its jobs: record signals from now on; `sweep_dir`: a sweep that stops as a whole
+        (a stale mark from an earlier stop is cleared: this command resumes it)."""
+        self.install()
+        self.command = True
+        if sweep_dir is not None:
+            (Path(sweep_dir) / STOPPED).unlink(missing_ok=True)
+            self.sweep_dir = Path(sweep_dir)
+            if self.received is not None:
+                mark_stopped(self.sweep_dir, self.received)
+
+    def start_job(self) -> None:
+        """A job starts. In a launcher's worker process the handler is installed and stays, so that a signal between
+        two jobs ends no worker (joblib would then tear down the others), and a signal from before this job is
+        forgotten (the sweep's mark says whether it still counts)."""
+        if not self.command:
+            self.install()
+            self.received = None
+
+    def requested(self, sweep_dir: Path | None = None) -> int | None:
+        """The signal that stops this job: received here, or the one that stopped its sweep."""
+        if self.received is not None:
+            return self.received
+        return stopped(sweep_dir) if sweep_dir is not None else None
+
+    def _handle(self, signum, frame) -> None:
+        first = self.received is None
+        self.received = signum
+        if self.sweep_dir is not None:
+            mark_stopped(self.sweep_dir, signum)
+        if self.now:
+            raise Interrupted(signum)
+        if first and self.training:
+            log.warning("received %s: stopping at the next step boundary", signal.Signals(signum).name)
+
+
+SIGNALS = StopSignals()
+
+
+def stops_as_a_whole(hydra) -> bool:
+    """Whether a multirun with this `hydra` config node stops as a whole: a grid (the basic sweeper) whose jobs run
+    on this machine (the basic or joblib launcher)."""
+    from omegaconf import OmegaConf
+
+    sweeper = str(OmegaConf.select(hydra, "sweeper._target_", default=""))
+    launcher = str(OmegaConf.select(hydra, "launcher._target_", default=""))
+    return sweeper.endswith(".BasicSweeper") and launcher.rsplit(".", 1)[-1] in LOCAL_LAUNCHERS
+
+
+def mark_stopped(sweep_dir: Path, signum: int) -> None:
+    """No further job of this sweep starts, and those running stop at their next step boundary."""
+    path = Path(sweep_dir) / STOPPED
+    try:
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{STOPPED}.{os.getpid()}.tmp")
+            tmp.write_text(str(signum))
+            os.replace(tmp, path)  # a reader never sees an empty mark
+    except OSError:  # an unwritable sweep directory: its jobs still stop on their own signal
+        pass
+
+
+def stopped(sweep_dir: Path) -> int | None:
+    """The signal that stopped this sweep, or None."""
+    try:
+        return int((Path(sweep_dir) / STOPPED).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def sweep_stopped(argv: list[str], sweep_dir: Path, signum: int) -> str:
+    """The line a stopped sweep prints: what happened and the command that resumes it (`argv`: the command's)."""
+    from mhalab.runs import run_defining
+
+    name = signal.Signals(signum).name
+    if not any(run_defining(d) for d in Path(sweep_dir).iterdir() if d.is_dir()):
+        return f"mhalab: the sweep stopped ({name}) before any job began; run the same command to start it again"
+    named = any(a.startswith("hydra.sweep.dir=") or (a.startswith("resume=") and a.lower() != "resume=true")
+                for a in argv)  # a sweep elsewhere than resume=true looks: named again
+    args = [a for a in argv if not a.startswith(("resume=", "hydra.sweep.dir="))]
+    resume = shlex.join(["mhalab", "train", *([] if {"-m", "--multirun"} & set(args) else ["-m"]), *args,
+                         f"resume={sweep_dir}" if named else "resume=true"])
+    return (f"mhalab: the sweep stopped ({name}): its running jobs saved their progress and an \"interrupted\" "
+            f"summary, the others did not start; resume it with:\n  {resume}")
