@@ -53,3 +53,29 @@ def test_a_sweep_never_writes_into_a_run_directory_another_process_holds(tmp_pat
     assert sorted(p.name for p in (late / "1").iterdir()) == [".hydra", ".lock", "mine.txt", "train.log"]
     assert (late / "1" / "mine.txt").read_text() == "holder"
     assert status(late / "0") == "ok"
+
+
+def test_a_requeued_slurm_job_waits_for_its_previous_start_to_let_go(tmp_path, monkeypatch):
+    """SLURM can start a requeued job while its previous start is still saving and exiting: the new start waits
+    for the lock (a real holder process), a first start does not."""
+    from mhalab import runs
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from mhalab.runs import RunLock\n"
+         "RunLock(Path(sys.argv[1])).acquire(); print('locked', flush=True); time.sleep(2)", str(tmp_path)],
+        stdout=subprocess.PIPE, text=True, env=_env())
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+        try:
+            runs.RunLock(tmp_path).acquire()
+            raise AssertionError("a first start took a held lock")
+        except runs.ConfigError as e:
+            assert "is in use by another process" in str(e)
+        monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+        lock = runs.RunLock(tmp_path)
+        lock.acquire()  # waits until the holder exits
+        assert holder.poll() is not None
+        lock.release()
+    finally:
+        holder.kill()

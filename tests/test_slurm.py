@@ -64,10 +64,19 @@ def job_field(cluster, job: str, key: str) -> str | None:
 
 
 def start_requeued(cluster, job: str) -> None:
-    """Wait until the requeued job is pending on its BeginTime, then let it start now."""
+    """Wait until the requeued job is pending on its BeginTime and its first start has left the node (what the
+    BeginTime delay of about two minutes gives a real cluster), then let it start now."""
     wait_for(lambda: job_field(cluster, job, "Restarts") == "1" and job_field(cluster, job, "JobState") == "PENDING",
              120, f"job {job} to be requeued")
+    wait_for(lambda: cluster.node_state() in ("idle", "mix"), 120, "the first start to leave the node")
     scontrol(cluster, "update", f"jobid={job}", "StartTime=now")
+
+
+def what_slurm_said(cluster, job: str) -> str:
+    """The job's record and the daemons' lines about it, for a failure message."""
+    lines = [ln for name in ("slurmctld.log", "slurmd.log") if (cluster.root / name).is_file()
+             for ln in (cluster.root / name).read_text(errors="replace").splitlines() if f"{job}" in ln]
+    return scontrol(cluster, "show", "job", job) + "\n".join(lines[-40:])
 
 
 def reference(tmp_path_factory, data_cache, threads: int, *extra) -> dict:
@@ -153,7 +162,7 @@ def test_the_readme_sbatch_script_as_written_is_requeued_and_ends_bit_identical(
     wait_for(lambda: job_field(cluster, job, "JobState") in ("COMPLETED", "FAILED", "CANCELLED"), 600,
              "the requeued job to end")
     log = (tmp_path / f"mhalab-{job}.log").read_text()
-    assert job_field(cluster, job, "JobState") == "COMPLETED", log[-3000:]
+    assert job_field(cluster, job, "JobState") == "COMPLETED", log[-3000:] + what_slurm_said(cluster, job)
     assert "resuming from" in log and "stopped by SIGUSR1" in log  # one log, appended to by both starts
     got = json.loads((run_dir / "summary.json").read_text())
     assert got["status"] == "ok" and got["environment"]["torch_threads"] == 2  # --cpus-per-task=2

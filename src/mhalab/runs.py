@@ -16,6 +16,7 @@ import fcntl
 import json
 import os
 import secrets
+import time
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,6 +31,7 @@ from mhalab.summary import SUMMARY
 
 LAST = Path("checkpoints") / "last.ckpt"
 LOCK = ".lock"
+REQUEUE_WAIT_S = 180  # how long a requeued SLURM job waits for its previous start to let go of the run
 _RUN_ID: list[str] = []
 
 
@@ -462,15 +464,25 @@ class RunLock:
         self.fd: int | None = None
 
     def acquire(self) -> None:
+        """Take the lock, or ConfigError naming its holder. A requeued SLURM job waits up to REQUEUE_WAIT_S for it:
+        SLURM may start the job again while its previous start is still saving and exiting."""
+        from mhalab.slurm import requeued
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
-            os.close(fd)
-            raise ConfigError(f"{self.path.parent} is in use by another process (pid {holder or '?'}); wait for it "
-                              "or stop it before running there") from None
+        deadline = time.monotonic() + (REQUEUE_WAIT_S if requeued() else 0)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    continue
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+                os.close(fd)
+                raise ConfigError(f"{self.path.parent} is in use by another process (pid {holder or '?'}); wait for "
+                                  "it or stop it before running there") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self.fd = fd
