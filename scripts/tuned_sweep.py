@@ -1,0 +1,64 @@
+"""Each arm tuned, in two stages (issue 19's protocol; Zoology's per-model learning-rate sweep, then more seeds):
+
+    python scripts/tuned_sweep.py EXPERIMENT --seeds-a 0,1,2 --seeds-b 3,4,5,6,7,8,9 [--grid optim.lr=1e-3,3.16e-3,1e-2]
+
+Stage A runs every arm of `experiment=EXPERIMENT` at every value of the grid on the first seeds; `mhalab report`
+then picks each arm's value on validation (most runs reaching the endpoint threshold, then the fewest steps, then
+the best mean); stage B runs the remaining seeds of each arm at its own chosen value only. Give every multirun
+folder it prints to `mhalab report`: each arm's chosen cell then has all seeds. Run from the folder that holds
+`logs/` (or set MHALAB_ROOT); extra arguments after `--` go to every `mhalab train`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+MHALAB = [sys.executable, "-m", "mhalab"]
+
+
+def train(args: list[str]) -> Path:
+    """Run one `mhalab train -m` sweep, its output shown as it comes; the multirun folder it made."""
+    print("$ mhalab train -m " + " ".join(args), flush=True)
+    folder = None
+    with subprocess.Popen([*MHALAB, "train", "-m", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as proc:
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            if "sweep output dir :" in line:
+                folder = Path(line.split("sweep output dir :")[1].strip())
+    if proc.returncode != 0 or folder is None:
+        sys.exit(f"stage failed (exit {proc.returncode}): mhalab train -m {' '.join(args)}")
+    return folder
+
+
+def chosen_cells(dirs: list[Path]) -> list[tuple[list[str], list[str]]]:
+    """(arm overrides, chosen tuned overrides) per arm, as `mhalab report` picks them on validation."""
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([*MHALAB, "report", *map(str, dirs), "--out", out, "--no-plots"], check=True,
+                       stdout=subprocess.DEVNULL)
+        arms = json.loads((Path(out) / "report.json").read_text())["arms"]
+    return [(a["label"].split(", "), a["chosen"].split(", ")) for a in arms]
+
+
+def main(argv: list[str]) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("experiment")
+    p.add_argument("--seeds-a", required=True, help="seeds of stage A (every grid value), e.g. 0,1,2")
+    p.add_argument("--seeds-b", required=True, help="seeds of stage B (each arm's chosen value only)")
+    p.add_argument("--grid", default="optim.lr=1.0e-3,3.16e-3,1.0e-2", help="the tuned key and its values")
+    args, extra = p.parse_known_args(argv)
+    extra = [a for a in extra if a != "--"]
+    a_dir = train([f"experiment={args.experiment}", f"seed={args.seeds_a}", args.grid, *extra])
+    dirs = [a_dir]
+    for arm, chosen in chosen_cells([a_dir]):
+        dirs.append(train([f"experiment={args.experiment}", f"seed={args.seeds_b}", *arm, *chosen, *extra]))
+    print("multirun folders, for mhalab report:", " ".join(map(str, dirs)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
