@@ -494,8 +494,16 @@ class RunLock:
             self.fd = None
 
 
+def launcher_rank() -> int:
+    """This process's rank when a launcher (Lightning's DDP, torchrun, SLURM tasks) started several; else 0."""
+    return int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0")) or 0)
+
+
 def check_unlocked(run_dir: Path) -> None:
-    """ConfigError if another process holds the run directory's lock."""
+    """ConfigError if another process holds the run directory's lock (DDP's other ranks work in rank 0's run
+    directory, under its lock)."""
+    if launcher_rank() > 0:
+        return
     lock = RunLock(run_dir)
     if lock.path.exists():
         lock.acquire()

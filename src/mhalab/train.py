@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from mhalab import slurm, stopping
 from mhalab.console import header, quiet_lightning, result_line, usage, warn_if_repeating
 from mhalab.errors import ConfigError
-from mhalab.runs import (LAST, Finished, RunLock, new_command, preflight, register_resolvers,
+from mhalab.runs import (LAST, Finished, RunLock, launcher_rank, new_command, preflight, register_resolvers,
                          remove_stale_temporaries, run_status, validate)
 from mhalab.schema import register
 from mhalab.summary import RunSummary, read_summary, write_summary
@@ -88,7 +88,7 @@ def run(cfg: DictConfig) -> float | None:
         return None
     stopping.SIGNALS.start_job()
     lock = RunLock(run_dir)
-    if _launcher_rank() == 0:  # DDP's other processes work in rank 0's run directory, under its lock
+    if launcher_rank() == 0:  # DDP's other processes work in rank 0's run directory, under its lock
         try:
             lock.acquire()
         except ConfigError as e:  # another process works there: its directory is left as it is
@@ -125,7 +125,7 @@ def run(cfg: DictConfig) -> float | None:
     finally:
         lock.release()
         _finish_wandb()
-    if _launcher_rank() == 0:
+    if launcher_rank() == 0:
         log.info(result_line(summary, run_dir))  # to stdout and train.log, once under DDP
     return summary.metrics.get("val/loss")
 
@@ -142,7 +142,7 @@ def _check_running_job(cfg: DictConfig, hc, run_dir: Path):
     plain["hydra"] = {"job": {"chdir": bool(hc.job.chdir)}}  # Hydra's own nodes were used before the job began
     check_writes(plain, run_dir)
     tc = validate(cfg, plain)
-    if _launcher_rank() == 0:
+    if launcher_rank() == 0:
         write_defining(run_dir, plain)
     tc.defining = defining(plain)
     return tc
@@ -170,7 +170,7 @@ def train(tc, run_dir: Path, overrides: list[str], sweep_dir: Path | None = None
 
     quiet_lightning()
     t_start = time.perf_counter()
-    if _launcher_rank() == 0:
+    if launcher_rank() == 0:
         remove_stale_temporaries(run_dir)
     last = LastCheckpoint(run_dir, tc.checkpoint.every_n_steps)
     stop = GracefulStop(last, sweep_dir)
@@ -193,7 +193,7 @@ def train(tc, run_dir: Path, overrides: list[str], sweep_dir: Path | None = None
         cost = model_cost(arch, dm.max_len)
         base.task, base.architecture, base.cost, base.label_names = dm.task, arch.to_dict(), cost, dm.label_names
         base.baselines = dm.reference_levels()
-        if _launcher_rank() == 0:
+        if launcher_rank() == 0:
             log.info(header(dm, arch, cost, run_dir))
             warn_if_repeating(tc, dm)
 
@@ -415,11 +415,6 @@ def _cpu_name() -> str:
     except OSError:
         pass
     return platform.processor()
-
-
-def _launcher_rank() -> int:
-    """This process's rank when a launcher (Lightning's DDP, torchrun, SLURM tasks) started several; else 0."""
-    return int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0")) or 0)
 
 
 def _leave_unstarted(run_dir: Path) -> None:
