@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-
-from datasets import Dataset
+from typing import TYPE_CHECKING
 
 from mhalab.errors import ConfigError
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 LABEL_NAMES = ["business", "entertainment", "politics", "sports", "tech"]  # the folder names, sorted
 
@@ -62,5 +64,7 @@ def drop_duplicates(rows: list[dict]) -> tuple[list[dict], int]:
 
 def load_bbc_news(root: Path | None = None) -> Dataset:
     """The deduplicated articles as one Dataset with columns ``id``, ``text``, ``label`` (split it afterwards)."""
+    from datasets import Dataset
+
     rows, _ = drop_duplicates(read_articles(root))
     return Dataset.from_dict({key: [r[key] for r in rows] for key in ("id", "text", "label")})

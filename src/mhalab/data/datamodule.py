@@ -35,7 +35,7 @@ class TextDataModule(L.LightningDataModule):
         self.max_len = cfg.max_len
         self.batch_size = batch_size or cfg.batch_size
         self.seed = seed
-        self.datasets: dict | None = None  # split -> tokenized Dataset (torch format), after setup()
+        self.datasets: dict | None = None  # split -> tokenized ArrowSplit (examples as tensors), after setup()
         self._checked: Path | None = None  # the cache folder, once verified in this process
         self.tokenizer: Tokenizer | None = None
         self._token_bytes: torch.Tensor | None = None
@@ -52,7 +52,7 @@ class TextDataModule(L.LightningDataModule):
             return
         self.prepare_data()  # builds or verifies the cache unless that was done in this process
         data, tok, meta = preprocessing.load_cached(self.cfg, self._checked, verified=True)
-        self.datasets = {split: ds.with_format("torch") for split, ds in data.items()}
+        self.datasets = data  # split -> ArrowSplit: examples as tensors, as datasets' torch format gives them
         self.tokenizer = tok
         self.n_classes, self.label_names = meta["n_classes"], meta["label_names"]
 
@@ -152,14 +152,14 @@ class TextDataModule(L.LightningDataModule):
             from mhalab.data import mqar
 
             return {"chance_acc": mqar.chance_accuracy(getattr(self.cfg, self.task).vocab_size),
-                    "majority_acc": mqar.majority_accuracy(_flat(train, "labels"), _flat(val, "labels"))}
+                    "majority_acc": mqar.majority_accuracy(train.flat("labels"), val.flat("labels"))}
         if self.objective == "classification":
             return classification_levels(list(train["label"]), list(val["label"]), self.n_classes)
         if self.token_bytes is None:
             return {}
 
         def tokens(ds):  # every non-special token of a split, as one array
-            ids = _flat(ds, "input_ids")
+            ids = ds.flat("input_ids")
             return ids[ids >= self._tok.n_special]
 
         return unigram_levels(tokens(train), tokens(val), self.vocab_size, self.token_bytes.numpy())
@@ -168,13 +168,6 @@ class TextDataModule(L.LightningDataModule):
         """The first ``n`` validation examples as one batch; the same on every call."""
         val = self.datasets["validation"]
         return self.collate_fn("validation")([val[i] for i in range(min(n, len(val)))])
-
-
-def _flat(ds, column: str):
-    """All values of a list column of a split as one numpy array (read from Arrow, not row by row)."""
-    import numpy as np
-
-    return np.asarray(ds.data.column(column).combine_chunks().flatten())
 
 
 def build_datamodule(cfg: Any, batch_size: int | None = None, seed: int = 0) -> TextDataModule:

@@ -13,11 +13,15 @@ MED 1 4 = 2.  Unlike LRA, the text has no parentheses (LRA writes them and strip
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import random
 
-from datasets import Dataset, DatasetDict
 
 from mhalab.errors import ConfigError
+
+if TYPE_CHECKING:
+    from datasets import DatasetDict
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 END = "]"
@@ -135,6 +139,8 @@ def load_listops(
     n_train: int, n_val: int, n_test: int, seed: int, max_depth: int, max_args: int, min_length: int, max_length: int
 ) -> DatasetDict:
     """Train/validation/test splits with columns ``id``, ``text``, ``label``; no expression is in two splits."""
+    from datasets import Dataset, DatasetDict
+
     examples = generate_listops(n_train + n_val + n_test, seed, max_depth, max_args, min_length, max_length)
     bounds = {"train": (0, n_train), "validation": (n_train, n_train + n_val), "test": (n_train + n_val, len(examples))}
     return DatasetDict(

@@ -18,16 +18,19 @@ import os
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from datasets import Dataset, DatasetDict, Features, List, Value, load_from_disk
-from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
 from mhalab.data import bbc_news, cache
+from mhalab.data.arrow import ArrowSplit, load_splits
 from mhalab.data.config import DataConfig
 from mhalab.data.config import normalize_path
-from mhalab.data.sources import load_raw
 from mhalab.data.tokenization import BpeTokenizer, ByteTokenizer, IdsTokenizer, ListOpsTokenizer, Tokenizer
 from mhalab.errors import ConfigError
+
+if TYPE_CHECKING:  # building the cache needs `datasets`; reading it does not (mhalab.data.arrow)
+    from datasets import Dataset, DatasetDict
 
 CACHE_VERSION = 2  # bump when the processing below changes the token ids (2: content keys and manifest)
 # DataConfig fields read only by the loaders, never by ``build``; every other field, present or future, is in the key.
@@ -98,28 +101,33 @@ def load_tokenizer(cfg: DataConfig, folder: Path) -> Tokenizer:
     return ListOpsTokenizer() if cfg.tokenizer == "listops" else ByteTokenizer()
 
 
-FEATURES = {
-    "classification": Features({"input_ids": List(Value("int32")), "label": Value("int64"), "idx": Value("int64")}),
-    "lm": Features({"input_ids": List(Value("int32")), "idx": Value("int64")}),
-    "labelled": Features({"input_ids": List(Value("int32")), "labels": List(Value("int64")), "idx": Value("int64")}),
-}
+def features(kind: str):
+    """The cached columns and their types, per kind of task: classification, lm or labelled."""
+    from datasets import Features, List, Value
+
+    return Features({"input_ids": List(Value("int32")),
+                     **{"classification": {"label": Value("int64")}, "lm": {},
+                        "labelled": {"labels": List(Value("int64"))}}[kind],
+                     "idx": Value("int64")})
 
 
 def tokenize_classification(ds: Dataset, tok: Tokenizer, max_len: int) -> Dataset:
     """``[CLS] + tokens`` truncated to ``max_len``, with the label and the row index ``idx``."""
+    from datasets import Dataset
+
     ids = [[tok.cls_id] + t[: max_len - 1] for t in _encode_all(ds, tok)]
-    return Dataset.from_dict(
-        {"input_ids": ids, "label": list(ds["label"]), "idx": list(range(len(ids)))},
-        features=FEATURES["classification"],
-    )
+    return Dataset.from_dict({"input_ids": ids, "label": list(ds["label"]), "idx": list(range(len(ids)))},
+                             features=features("classification"))
 
 
 def tokenize_lm(ds: Dataset, tok: Tokenizer, max_len: int) -> Dataset:
     """The split's documents joined with ``[SEP]`` after each, cut into windows of ``max_len`` tokens."""
+    from datasets import Dataset
+
     docs = [np.asarray([*ids, tok.sep_id], dtype=np.int32) for ids in _encode_all(ds, tok)]
     stream = np.concatenate(docs) if docs else np.zeros(0, dtype=np.int32)
     windows = [stream[i : i + max_len] for i in range(0, len(stream), max_len)]
-    return Dataset.from_dict({"input_ids": windows, "idx": list(range(len(windows)))}, features=FEATURES["lm"])
+    return Dataset.from_dict({"input_ids": windows, "idx": list(range(len(windows)))}, features=features("lm"))
 
 
 def _encode_all(ds: Dataset, tok: Tokenizer) -> list[list[int]]:
@@ -132,11 +140,15 @@ def build(cfg: DataConfig, scratch: Path | None = None) -> tuple[DatasetDict, To
     ``datasets`` keys its own cache of data.path files by path and mtime, not content, so with ``scratch``
     they are parsed afresh into that folder (``prepare`` gives one that is deleted after the build).
     """
+    from datasets import Dataset, DatasetDict
+
+    from mhalab.data.sources import load_raw
+
     raw = load_raw(replace(cfg, cache_dir=str(scratch)) if scratch is not None else cfg)
     tok = make_tokenizer(cfg, raw["train"])
     if tok.name == "ids":  # a synthetic task: the generator's ids and per-position labels, as they are
         data = DatasetDict({s: Dataset.from_dict({**ds.to_dict(), "idx": list(range(len(ds)))},
-                                                 features=FEATURES["labelled"]) for s, ds in raw.items()})
+                                                 features=features("labelled")) for s, ds in raw.items()})
     else:
         encode = tokenize_classification if cfg.objective == "classification" else tokenize_lm
         data = DatasetDict({split: encode(ds, tok, cfg.max_len) for split, ds in raw.items()})
@@ -154,6 +166,8 @@ def build(cfg: DataConfig, scratch: Path | None = None) -> tuple[DatasetDict, To
 @contextlib.contextmanager
 def quiet_progress():
     """Hide the ``datasets`` progress bars (map, filter, save) for the duration."""
+    from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
     was_disabled = are_progress_bars_disabled()
     disable_progress_bars()
     try:
@@ -168,28 +182,35 @@ def prepare(cfg: DataConfig) -> Path:
     return _ensure(cfg, key_parts(cfg))
 
 
-def load_cached(cfg: DataConfig, folder: Path, verified: bool = False) -> tuple[DatasetDict, Tokenizer, dict]:
-    """Read what ``prepare`` wrote, after checking it against its manifest (rebuilding it if damaged), unless the
-    caller has just had ``prepare`` do that (``verified``)."""
+def load_cached(cfg: DataConfig, folder: Path, verified: bool = False) -> tuple[dict[str, ArrowSplit], Tokenizer,
+                                                                               dict]:
+    """Read what ``prepare`` wrote (split -> ``ArrowSplit``, indexed as the torch format of ``datasets``), after
+    checking it against its manifest (rebuilding it if damaged), unless the caller has just had ``prepare`` do that
+    (``verified``)."""
     parts = key_parts(cfg)
     if Path(folder).resolve() != cache_path(cfg, parts).resolve():
         raise ValueError(f"{folder} is not the cache folder of this data config ({cache_path(cfg, parts)}).")
     if not verified:
         folder = _ensure(cfg, parts)
-    data = load_from_disk(str(folder / "dataset"))
+    data = load_splits(folder / "dataset")
     meta = json.loads((folder / "meta.json").read_text())
     return data, load_tokenizer(cfg, folder), meta
 
 
 def _ensure(cfg: DataConfig, parts: dict) -> Path:
     required = ["meta.json", "dataset/dataset_dict.json"] + (["tokenizer.json"] if cfg.tokenizer == "bpe" else [])
+    return cache.ensure(cache_path(cfg, parts), parts, lambda scratch: _build_quietly(cfg, scratch), _save, required)
+
+
+def _build_quietly(cfg: DataConfig, scratch: Path) -> tuple[DatasetDict, Tokenizer, dict]:
     with quiet_progress():
-        return cache.ensure(cache_path(cfg, parts), parts, lambda scratch: build(cfg, scratch), _save, required)
+        return build(cfg, scratch)
 
 
 def _save(built: tuple[DatasetDict, Tokenizer, dict], folder: Path) -> None:
     data, tok, meta = built
-    data.save_to_disk(str(folder / "dataset"))
+    with quiet_progress():
+        data.save_to_disk(str(folder / "dataset"))
     if isinstance(tok, BpeTokenizer):  # written by Python, not by tokenizers' Rust, so a full disk is an OSError
         (folder / "tokenizer.json").write_text(tok.tok.to_str(pretty=True))
     (folder / "meta.json").write_text(json.dumps(meta, indent=2))

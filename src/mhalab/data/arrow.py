@@ -1,0 +1,74 @@
+"""A cached split read with pyarrow alone, indexed as `datasets`' torch format indexes it.
+
+The cache is written by `DatasetDict.save_to_disk` (`preprocessing`); reading it back through `datasets` costs its
+import (pandas, pyarrow, huggingface_hub: about a second of CPU), which every job of a sweep would pay again. This
+reader gives the datamodule what it uses of a torch-formatted `datasets.Dataset`: `len`, `column_names`, `data`
+(the Arrow table), an example by index (`{column: tensor}`), a batch by a list of indices (`{column: [tensor, ...]}`)
+and a whole column by name. Integers become int64 tensors, floats float32, strings stay strings, as there.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+NUMPY = {pa.int32(): np.int32, pa.int64(): np.int64, pa.float32(): np.float32, pa.float64(): np.float64}
+
+
+def load_splits(folder: Path) -> dict[str, "ArrowSplit"]:
+    """Every split of a `save_to_disk` folder (`dataset_dict.json` lists them)."""
+    folder = Path(folder)
+    names = json.loads((folder / "dataset_dict.json").read_text())["splits"]
+    return {name: ArrowSplit(folder / name) for name in names}
+
+
+class ArrowSplit:
+    """One split: the Arrow files its `state.json` lists, memory-mapped and read as one table."""
+
+    def __init__(self, folder: Path):
+        files = json.loads((Path(folder) / "state.json").read_text())["_data_files"]
+        tables = [pa.ipc.open_stream(pa.memory_map(str(Path(folder) / f["filename"]))).read_all() for f in files]
+        self.data = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        self.column_names = list(self.data.column_names)
+
+    def __len__(self) -> int:
+        return self.data.num_rows
+
+    def __getitem__(self, key):
+        if isinstance(key, str):  # a whole column
+            return _column([_tensor(v) for v in self.data.column(key).to_pylist()])
+        if isinstance(key, (list, tuple)):  # a batch: {column: [value per example]}
+            rows = [self[i] for i in key]
+            return {name: [row[name] for row in rows] for name in self.column_names}
+        if key < 0:
+            key += len(self)
+        if not 0 <= key < len(self):
+            raise IndexError(f"index {key} is out of range for a split of {len(self)} examples")
+        row = self.data.slice(key, 1).to_pydict()  # (Table.take would import pandas)
+        return {name: _tensor(values[0]) for name, values in row.items()}
+
+    def flat(self, column: str) -> np.ndarray:
+        """Every value of a list column, as one array read from the Arrow buffer (no copy row by row)."""
+        values = self.data.column(column).combine_chunks().flatten()
+        if values.null_count:
+            raise ValueError(f"column {column!r} has missing values")
+        return np.frombuffer(values.buffers()[1], dtype=NUMPY[values.type])[values.offset:values.offset + len(values)]
+
+
+def _tensor(value):
+    """A value as the torch format gives it: numbers and lists of numbers as tensors, anything else as it is."""
+    if isinstance(value, str) or value is None:
+        return value
+    t = torch.tensor(value)
+    return t.to(torch.float32) if t.is_floating_point() else t
+
+
+def _column(values: list):
+    """A whole column: one stacked tensor when every value is a tensor of one shape, else the list."""
+    if values and all(isinstance(v, torch.Tensor) for v in values) and len({v.shape for v in values}) == 1:
+        return torch.stack(values)
+    return values
