@@ -1,9 +1,11 @@
-"""`mhalab bench {complexity,train,gpu} [key=value ...]`: benchmarks of the cost claims, on the machine at hand.
+"""`mhalab bench {complexity,train,startup,gpu} [key=value ...]`: benchmarks of the cost claims, on the machine at hand.
 
     complexity  one attention layer against n (FLOPs counted and in closed form, time, peak memory, log-log fits),
                 equal-cost heads (fixed n_heads x d_head), KV-cache decoding from MHA to MQA   (complexity.py)
     train       training steps of the mhalab model against torch.nn.TransformerEncoder, and the cost of the
                 statistics callback's pass                                                   (throughput.py)
+    startup     a tiny 1-step `mhalab train` against `import torch, lightning`: what a run costs beyond its
+                imports, which every job of a sweep pays                                      (startup.py)
     gpu         the GPU check: tests, training runs, throughput with MFU, complexity and decoding at GPU sizes,
                 and a report, into one folder; `dry_run=true` runs it on the CPU with tiny shapes  (gpu.py)
 
@@ -19,18 +21,21 @@ import sys
 SUBCOMMANDS = {
     "complexity": "attention cost vs n, equal-cost heads, KV-cache decoding",
     "train": "training throughput, mhalab vs torch.nn.TransformerEncoder, and the statistics pass's cost",
+    "startup": "a tiny 1-step run against `import torch, lightning`: a run's cost beyond its imports",
     "gpu": "the GPU check: tests, training, throughput and MFU, complexity, decoding, report (dry_run=true: CPU)",
 }
 
-USAGE = """usage: mhalab bench {complexity,train,gpu} [key=value ...] [--cfg]
+USAGE = """usage: mhalab bench {complexity,train,startup,gpu} [key=value ...] [--cfg]
 
   complexity  attention cost vs n, equal-cost heads, KV-cache decoding
   train       training throughput, mhalab vs torch.nn.TransformerEncoder, and the statistics pass's cost
+  startup     a tiny 1-step run against `import torch, lightning`: a run's cost beyond its imports
   gpu         the GPU check into one folder: tests, training, throughput and MFU, complexity, decoding, report
 
 examples:
   mhalab bench complexity threads=1 grid.n=[64,128,256] backends=[math] sections=[scaling]
   mhalab bench train threads=1 n_heads=[4,8] rounds=11 out_dir=outputs/bench/train
+  mhalab bench startup rounds=7
   mhalab bench gpu out=experiments/gpu/h100        # on a CUDA machine
   mhalab bench gpu dry_run=true out=/tmp/gpu-dry   # the same command on the CPU, tiny shapes, no GPU figures
   mhalab bench train --cfg                         # every key of a subcommand with its default"""
@@ -46,6 +51,10 @@ def run(sub: str, cfg):
         from mhalab.bench.throughput import run_train
 
         return run_train(cfg)
+    if sub == "startup":
+        from mhalab.bench.startup import run_startup
+
+        return run_startup(cfg)
     from mhalab.bench.gpu import run_gpu
 
     return run_gpu(cfg)

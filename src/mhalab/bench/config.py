@@ -248,6 +248,28 @@ class ThroughputConfig(MachineConfig):
                             model=model, attention=attention)
 
 
+# -- startup ---------------------------------------------------------------------------------------------------
+
+TINY_RUN = ["setup=mqar_cpu", "trainer.max_steps=1", "model.n_layers=1", "model.d_model=32", "attention.n_heads=2",
+            "data.mqar.n_train=256", "data.mqar.n_val=64", "data.mqar.n_test=64"]
+
+
+@dataclass
+class StartupConfig(MachineConfig):
+    """`mhalab bench startup`: what a run costs beyond its imports. A tiny 1-step run (`mhalab train` with
+    `run_overrides`) against `python -c "import torch, lightning"`, alternating in rounds, each a fresh process;
+    in a sweep every job pays the difference, the launcher's workers importing once."""
+
+    rounds: int = 5
+    run_overrides: List[str] = field(default_factory=lambda: list(TINY_RUN))
+    goal: float = 1.25  # the ratio the run should stay within
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_int("rounds", self.rounds, 1)
+        check_number("goal", self.goal, 1)
+
+
 # -- gpu -------------------------------------------------------------------------------------------------------
 
 @dataclass
@@ -286,7 +308,8 @@ class GpuConfig:
             raise ConfigError(f"d_models={list(self.d_models)}: {bad[0]} is not a multiple of 64 (heads of 64)")
 
 
-CONFIGS = {"complexity": ComplexityConfig, "train": ThroughputConfig, "gpu": GpuConfig}
+CONFIGS = {"complexity": ComplexityConfig, "train": ThroughputConfig, "startup": StartupConfig,
+           "gpu": GpuConfig}
 
 
 def parse(name: str, overrides: list[str] | tuple[str, ...] = ()):

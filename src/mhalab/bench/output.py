@@ -29,6 +29,10 @@ def start(cfg, sub: str, device) -> tuple[Path, dict]:
     out.mkdir(parents=True, exist_ok=True)
     info = machine_info(device)
     print(f"mhalab bench {sub} -> {out}\nmachine: {info}", flush=True)
+    load = (info.get("loadavg_start") or [0])[0]
+    if load > (info["cpu_count"] or 1):
+        print(f"warning: the load average ({load}) exceeds the {info['cpu_count']} CPUs: other work is running, so "
+              "absolute times are inflated; the ratios of alternating rounds are the figures to read", flush=True)
     return out, info
 
 

@@ -1,0 +1,77 @@
+"""`mhalab bench startup`: what a run costs beyond its imports.
+
+A tiny 1-step MQAR run (`mhalab train`, preflight, data, one step, validation, test, summary) against the baseline
+`python -c "import torch, lightning"`, each a fresh process, alternating in rounds (baseline first in odd rounds,
+the run first in even ones) so load on a shared machine falls on both alike. Reports wall and CPU seconds per round
+and the median of the per-round ratios run / baseline. In a sweep the launcher's workers import once, so
+everything beyond the imports is paid again by every job.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from mhalab.bench.output import md_table, start, write
+from mhalab.bench.timing import loadavg
+
+BASELINE = 'python -c "import torch, lightning"'
+COLUMNS = [("round", "round", "d"), ("baseline_s", "baseline wall s", ".2f"), ("run_s", "run wall s", ".2f"),
+           ("ratio", "run / baseline (wall)", ".3f"), ("baseline_cpu_s", "baseline CPU s", ".2f"),
+           ("run_cpu_s", "run CPU s", ".2f"), ("cpu_ratio", "run / baseline (CPU)", ".3f")]
+
+
+def timed(cmd: list[str], env: dict) -> tuple[float, float]:
+    """Wall and CPU (user + system) seconds of one child process; a failure is an error naming the command."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    r = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed (exit {r.returncode}): {r.stderr[-2000:]}")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def run_startup(cfg) -> dict:
+    import torch
+
+    out, info = start(cfg, "startup", torch.device("cpu"))
+    threads = [f"torch_threads={cfg.threads}"] if cfg.threads else []
+    with tempfile.TemporaryDirectory() as root:
+        env = {**os.environ, "WANDB_SILENT": "true", "MHALAB_ROOT": root}
+        baseline = [sys.executable, "-c", "import torch, lightning"]
+        run = [sys.executable, "-m", "mhalab", "train", *cfg.run_overrides, *threads,
+               f"data.cache_dir={Path(root) / 'cache'}"]
+        timed(run, env)  # warm-up: fills the data cache and the OS's file cache, as a sweep's first job does
+        rows = []
+        for i in range(cfg.rounds):
+            pair = [("baseline", baseline), ("run", run)]
+            got = dict((name, timed(cmd, env)) for name, cmd in (pair if i % 2 == 0 else pair[::-1]))
+            (bw, bc), (rw, rc) = got["baseline"], got["run"]
+            rows.append({"round": i + 1, "baseline_s": bw, "run_s": rw, "ratio": rw / bw, "baseline_cpu_s": bc,
+                         "run_cpu_s": rc, "cpu_ratio": rc / bc})
+            print(f"round {i + 1}/{cfg.rounds}: run / baseline {rw / bw:.3f} (wall), {rc / bc:.3f} (CPU)", flush=True)
+    ratio = statistics.median(r["ratio"] for r in rows)
+    cpu_ratio = statistics.median(r["cpu_ratio"] for r in rows)
+    info["loadavg_end"] = loadavg()
+    result = {"machine": info, "config": {"rounds": cfg.rounds, "run_overrides": cfg.run_overrides,
+                                          "goal": cfg.goal, "threads": cfg.threads},
+              "rows": rows, "ratio": ratio, "cpu_ratio": cpu_ratio, "within_goal": ratio <= cfg.goal}
+    verdict = "within" if ratio <= cfg.goal else "OVER"
+    report = (f"# mhalab bench startup: a tiny 1-step run against `{BASELINE}`\n\n"
+              f"machine: {info['cpu']}, {info['cpu_count']} CPUs, torch {info['torch']}; load average "
+              f"{info.get('loadavg_start')} at start, {info['loadavg_end']} at end\n\n"
+              f"run: `mhalab train {' '.join(cfg.run_overrides)}`; {cfg.rounds} alternating rounds after one warm-up "
+              f"run, each a fresh process\n\n{md_table(rows, COLUMNS)}\n\n"
+              f"**median run / baseline: {ratio:.3f} wall, {cpu_ratio:.3f} CPU** ({verdict} the goal of "
+              f"{cfg.goal:g})\n")
+    write(out, result, report, [("startup", rows)])
+    print(report)
+    return result
