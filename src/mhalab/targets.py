@@ -174,6 +174,21 @@ def check_resolved(plain: Any, path: str = "") -> None:
             check_resolved(value, f"{path}[{i}]")
 
 
+def check_launcher_text(launcher: Any, path: str = "hydra.launcher") -> None:
+    """The launcher's settings, resolved: no line breaks or other control characters in any of them, since a
+    SLURM launcher writes each as a `#SBATCH --key='value'` line of a shell script (a quoted line break ends the
+    comment and the next line runs as a command)."""
+    if isinstance(launcher, dict):
+        for key, value in launcher.items():
+            check_launcher_text(value, f"{path}.{key}")
+    elif isinstance(launcher, list):
+        for i, value in enumerate(launcher):
+            check_launcher_text(value, f"{path}[{i}]")
+    elif isinstance(launcher, str) and any(ord(c) < 32 or ord(c) == 127 for c in launcher):
+        raise ConfigError(f"{path}={launcher!r}: a line break or control character in a launcher setting is "
+                          "refused (it would become a line of the job's batch script)")
+
+
 def check_interpolation(text: str, key: str) -> None:
     """One interpolation (`${...}` anywhere in a string): only ALLOWED_RESOLVERS, named literally, and no dict or
     list literal, so resolving it can only give text, numbers or nodes already in the config."""
