@@ -59,6 +59,32 @@ def ws(tmp_path_factory) -> Path:
     (cb / "hydra" / "job_logging" / "fileconfig.yaml").write_text(
         f"version: 1\nhandlers:\n  x:\n    class: logging.config.fileConfig\n    fname: {ws}/evil.ini\n"
         "root:\n  handlers: [x]\n")
+    (ws / "bin").mkdir()  # a stand-in for the cluster's sbatch: keeps the batch script it is given (outside)
+    (ws / "bin" / "sbatch").write_text(f"#!/bin/sh\nmkdir -p {ws}/outside\ncat > {ws}/outside/batch-script\n"
+                                       "echo 'sbatch: error: stand-in' >&2\nexit 1\n")
+    (ws / "bin" / "sbatch").chmod(0o755)
+    load = f"{{_target_: torch.load, f: {ws}/evil.pt, weights_only: false}}"  # what a resolver would hide
+    for name, key, value in (
+            ("create_logger", "logger.x", f"${{oc.create:{load}}}"),
+            ("create_callback", "callbacks.x", f"${{oc.create:{load}}}"),
+            ("create_hydra_callback", "hydra.callbacks.x", f"${{oc.create:{load}}}"),
+            ("create_source", "data.source", f"${{oc.create:{load}}}"),
+            ("create_extra", "stats.extra.x", f"${{oc.create:{load}}}"),
+            ("create_logging", "hydra.job_logging.handlers.x",
+             f"${{oc.create:{{'()': torch.load, f: {ws}/evil.pt, weights_only: false}}}}"),
+            ("decode_logger", "logger.x", f"${{oc.decode:'{load}'}}"),
+            ("select_default", "logger.x", f"${{oc.select:nowhere,{load}}}"),
+            ("select_list", "callbacks.x", f"${{oc.select:nowhere,[{load}]}}"),
+            ("env_default", "logger.x", f"${{oc.env:NO_SUCH_VARIABLE,{load}}}"),
+            ("resolver_name", "logger.x", f"${{oc.${{oc.env:EVIL_RESOLVER,create}}:'{load}'}}"),
+            ("nested_create", "logger.x", f"${{oc.select:${{oc.create:{load}}}}}"),
+            ("whole_node", "callbacks", f"${{oc.create:{{x: {load}}}}}"),
+            ("slurm_comment", "hydra.launcher.comment", f"x\\ntouch {mark} #"),
+            ("slurm_job_name", "hydra.job.name", f"x\\ntouch {mark} #")):
+        *parents, last = key.split(".")
+        text = "# @package _global_\n" + "".join(f"{'  ' * i}{p}:\n" for i, p in enumerate(parents))
+        # a double-quoted YAML string: "\\n" is a line break
+        (cb / "experiment" / f"{name}.yaml").write_text(text + f"{'  ' * len(parents)}{last}: \"{value}\"\n")
     primary = ws / "primary"
     primary.mkdir()
     (primary / "train.yaml").write_text(
@@ -75,6 +101,7 @@ def vectors(ws: Path) -> dict[str, list[str]]:
     """name -> the arguments of `mhalab train` (each payload creates ws/pwned, or writes under ws/outside);
     `ENV:KEY=VALUE` sets an environment variable instead."""
     mark, out = ws / "pwned", ws / "outside"
+    sbatch = f"ENV:PATH={ws}/bin:{os.environ.get('PATH', '')}"  # SLURM vectors: the stand-in sbatch first on PATH
     return {
         # issue 16's five ways that ran code, and variants
         "experimental rerun": ["--experimental-rerun", f"{ws}/evil.pickle"],
@@ -132,9 +159,9 @@ def vectors(ws: Path) -> dict[str, list[str]]:
         "environment LD_PRELOAD": ["+hydra.job.env_set.LD_PRELOAD=/tmp/evil.so"],
         "environment PYTHONPATH": [f"+hydra.job.env_set.PYTHONPATH={ws}"],
         # plugins' own code paths
-        "slurm setup lines": ["-m", "hydra/launcher=slurm", f"hydra.launcher.setup=['touch {mark}']", "seed=0,1"],
-        "slurm srun_args": ["-m", "hydra/launcher=slurm", "hydra.launcher.srun_args=['--prolog=/tmp/x']", "seed=0,1"],
-        "slurm sbatch wrap": ["-m", "hydra/launcher=slurm", f"+hydra.launcher.additional_parameters.wrap='touch {mark}'", "seed=0,1"],
+        "slurm setup lines": [sbatch, "-m", "hydra/launcher=slurm", f"hydra.launcher.setup=['touch {mark}']", "seed=0,1"],
+        "slurm srun_args": [sbatch, "-m", "hydra/launcher=slurm", "hydra.launcher.srun_args=['--prolog=/tmp/x']", "seed=0,1"],
+        "slurm sbatch wrap": [sbatch, "-m", "hydra/launcher=slurm", f"+hydra.launcher.additional_parameters.wrap='touch {mark}'", "seed=0,1"],
         "optuna custom_search_space": ["-m", "hydra/sweeper=search", "+hydra.sweeper.custom_search_space=evilmod.space"],
         # writes outside the run directory, the logs and the cache
         "logging FileHandler outside": [f"hydra.job_logging.handlers.file.filename={out}/x.log"],
@@ -146,6 +173,25 @@ def vectors(ws: Path) -> dict[str, list[str]]:
         "hydra output_subdir outside": [f"hydra.output_subdir=../../../../../../../../..{out}"],
         "sweep subdir outside": ["-m", "seed=0,1", f"hydra.sweep.subdir=../../../../../../../../..{out}"],
         "joblib temp_folder outside": ["-m", "hydra/launcher=parallel", f"+hydra.launcher.temp_folder={out}", "seed=0,1"],
+        # resolvers that make config nodes (a `_target_` among them) only when the config is resolved
+        **{f"resolver {name}": ["--config-dir", f"{ws}/cb", f"experiment={name}"] for name in (
+            "create_logger", "create_callback", "create_hydra_callback", "create_source", "create_extra",
+            "create_logging", "decode_logger", "select_default", "select_list", "env_default", "resolver_name",
+            "nested_create", "whole_node")},
+        "resolver oc.create in an override": [f"+callbacks.x='${{oc.create:{{_target_:torch.load,f:{ws}/evil.pt,"
+                                              "weights_only:false}}'"],
+        # line breaks in launcher settings become commands of the SLURM batch script
+        "slurm comment line break": [sbatch, "-m", "--config-dir", f"{ws}/cb", "hydra/launcher=slurm", "experiment=slurm_comment",
+                                     "seed=0,1"],
+        "slurm job name line break": [sbatch, "-m", "--config-dir", f"{ws}/cb", "hydra/launcher=slurm",
+                                      "experiment=slurm_job_name", "seed=0,1"],
+        # files whose name and content a config chooses, and loggers' folders
+        "log file named .bashrc": [f"paths.log_dir={out}/home", f"hydra.job_logging.handlers.file.filename={out}/home/.bashrc",
+                                   f"hydra.job_logging.formatters.simple.format='touch {mark} #%(message)s'"],
+        "log file named .pth under the logs": [f"hydra.job_logging.handlers.file.filename={ws}/root/logs/evil.pth"],
+        "csv logger name outside": ["logger=csv", f"logger.csv.name=../../../../../../../../../..{out}"],
+        "csv logger version outside": ["logger=csv", f"logger.csv.version=../../../../../../../../../..{out}"],
+        "tensorboard logger sub_dir outside": ["logger=tensorboard", f"+logger.tensorboard.sub_dir={out}"],
         # flags
         "shell completion": ["--shell-completion", "query=train"],
         "unknown flag": ["--evil-flag"],
@@ -164,6 +210,7 @@ def test_at_least_forty_vectors():
 def test_vector_is_refused_in_one_sentence_and_nothing_runs(ws, name):
     mark, out = ws / "pwned", ws / "outside"
     mark.unlink(missing_ok=True)
+    shutil.rmtree(out, ignore_errors=True)  # each vector on its own: one that wrote outside fails only itself
     shutil.rmtree(ws / "root", ignore_errors=True)
     env = {**os.environ, "MHALAB_ROOT": str(ws / "root"), "WANDB_MODE": "disabled", "EVIL_TARGET": "os.system"}
     env.pop("MHALAB_ALLOW", None)

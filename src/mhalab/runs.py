@@ -144,13 +144,16 @@ def check_job(cfg: DictConfig, run_dir: str | Path | None = None, files: tuple[s
     (`mhalab.targets`), where it may write (`mhalab.writes`), every value (`mhalab.schema`), its input files and
     the machine. `files`: the config files that set `allowed_targets`, to name them. Returns its TrainConfig."""
     from mhalab.compose import resolved
-    from mhalab.targets import check_config, check_logging, check_no_grant_in_config
+    from mhalab.targets import (check_config, check_launcher_text, check_logging, check_no_grant_in_config,
+                                check_resolved)
     from mhalab.writes import check_writes
 
     check_no_grant_in_config(cfg, list(files))
     check_config(cfg)
     run_dir = str(run_dir if run_dir is not None else OmegaConf.select(cfg, "hydra.run.dir"))
     plain = resolved(cfg, run_dir)
+    check_resolved(plain)
+    check_launcher_text(plain["hydra"].get("launcher"))
     for name in ("job_logging", "hydra_logging"):
         if plain["hydra"].get(name) is not None:
             check_logging(plain["hydra"][name], f"hydra.{name}")

@@ -10,10 +10,16 @@ refused). A `_target_` must be a literal name (no interpolation). Python logging
 handler and formatter classes below (no factories, no `ext://` imports), environment settings
 (`hydra.job.env_set`) and shell lines for SLURM (`hydra.launcher.setup`) are refused, and a function a plugin calls
 (`hydra.sweeper.custom_search_space`) must be defined in a granted package.
+
+Interpolations may only refer to config nodes and call the resolvers in ALLOWED_RESOLVERS with plain arguments:
+`${oc.create:...}`, `${oc.decode:...}` and dict or list literals inside an interpolation are refused, since they
+make config nodes (a `{_target_: ...}` among them) that exist only once the config is resolved. The resolved config
+is checked again (`check_resolved`).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import sys
@@ -58,6 +64,9 @@ LOGGING_CLASSES = {
 }
 LOGGING_STREAMS = ("ext://sys.stdout", "ext://sys.stderr")
 # SLURM options a config may pass to sbatch (hydra.launcher.additional_parameters): none of them runs a program
+# resolvers an interpolation may call: none of them turns text into config nodes (oc.create and oc.decode do)
+ALLOWED_RESOLVERS = ("oc.env", "oc.select", "oc.dict.keys", "oc.dict.values", "oc.deprecated", "now", "hydra",
+                     "mhalab.cwd", "mhalab.run_id")
 SBATCH_OPTIONS = ("constraint", "exclusive", "mail_type", "mail_user", "reservation", "gres", "hint", "wckey",
                   "requeue", "nice", "licenses", "exclude", "nodelist", "time_min", "mem_per_gpu", "comment")
 
@@ -120,6 +129,9 @@ def check_no_grant_in_config(cfg: DictConfig, files: list[str]) -> None:
 def check_config(cfg: DictConfig) -> None:
     """Refuse the config if any node could make mhalab, Hydra or a plugin run code outside the allow-list and the
     grants. Raises ConfigError naming the key."""
+    found = list(_interpolations(cfg, ""))
+    for key, text in sorted(found, key=lambda kt: kt[0].startswith("hydra.")):  # the config's own keys first
+        check_interpolation(text, key)
     for key, target in _targets(cfg, ""):
         check_target(target, key)
     hydra = cfg.get("hydra") if "hydra" in cfg else None
@@ -145,6 +157,73 @@ def check_config(cfg: DictConfig) -> None:
     space = OmegaConf.select(hydra, "sweeper.custom_search_space", default=None, throw_on_resolution_failure=False)
     if space is not None:
         check_callable(space, "hydra.sweeper.custom_search_space")
+
+
+def check_resolved(plain: Any, path: str = "") -> None:
+    """Every `_target_` of the config resolved as the job will see it (plain data) is allowed, wherever it came
+    from."""
+    if isinstance(plain, dict):
+        for key, value in plain.items():
+            child = f"{path}.{key}" if path else str(key)
+            if key == "_target_":
+                check_target(value, child)
+            else:
+                check_resolved(value, child)
+    elif isinstance(plain, list):
+        for i, value in enumerate(plain):
+            check_resolved(value, f"{path}[{i}]")
+
+
+def check_launcher_text(launcher: Any, path: str = "hydra.launcher") -> None:
+    """The launcher's settings, resolved: no line breaks or other control characters in any of them, since a
+    SLURM launcher writes each as a `#SBATCH --key='value'` line of a shell script (a quoted line break ends the
+    comment and the next line runs as a command)."""
+    if isinstance(launcher, dict):
+        for key, value in launcher.items():
+            check_launcher_text(value, f"{path}.{key}")
+    elif isinstance(launcher, list):
+        for i, value in enumerate(launcher):
+            check_launcher_text(value, f"{path}[{i}]")
+    elif isinstance(launcher, str) and any(ord(c) < 32 or ord(c) == 127 for c in launcher):
+        raise ConfigError(f"{path}={launcher!r}: a line break or control character in a launcher setting is "
+                          "refused (it would become a line of the job's batch script)")
+
+
+def check_interpolation(text: str, key: str) -> None:
+    """One interpolation (`${...}` anywhere in a string): only ALLOWED_RESOLVERS, named literally, and no dict or
+    list literal, so resolving it can only give text, numbers or nodes already in the config."""
+    for kind, what in _grammar(text):
+        if kind == "resolver" and what not in ALLOWED_RESOLVERS:
+            raise ConfigError(f"{key}={text!r}: the resolver {what!r} is refused in a config (it could make config "
+                              f"nodes that are not checked); interpolations may use {', '.join(ALLOWED_RESOLVERS)}")
+        if kind == "container":
+            raise ConfigError(f"{key}={text!r}: a dict or list written inside an interpolation ({what}) is refused "
+                              "(it would become a config node that is not checked); write it as a config node and "
+                              "refer to it with ${path}")
+
+
+@functools.lru_cache(maxsize=4096)
+def _grammar(text: str) -> tuple[tuple[str, str], ...]:
+    """('resolver', name) for each resolver call and ('container', text) for each dict or list literal inside an
+    interpolation of `text`, as OmegaConf's grammar parses it."""
+    from omegaconf import grammar_parser
+    from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser as G
+
+    try:
+        tree = grammar_parser.parse(text)
+    except Exception as e:  # noqa: BLE001 - OmegaConf's grammar error: the value cannot be resolved at all
+        return (("resolver", f"<unparsable: {str(e).splitlines()[0] if str(e) else type(e).__name__}>"),)
+    found, stack = [], [(tree, False)]
+    while stack:
+        node, inside = stack.pop()
+        if isinstance(node, G.ResolverNameContext):
+            found.append(("resolver", node.getText()))
+            continue
+        if inside and isinstance(node, (G.DictContainerContext, G.ListContainerContext)):
+            found.append(("container", node.getText()))
+        inside = inside or isinstance(node, G.InterpolationContext)
+        stack += [(c, inside) for c in reversed(getattr(node, "children", None) or [])]
+    return tuple(found)
 
 
 def check_target(target: Any, key: str) -> None:
@@ -191,6 +270,22 @@ def _resolve(path: str, key: str) -> Any:
 def _what(obj: Any) -> str:
     kind = "a class" if inspect.isclass(obj) else "a function" if callable(obj) else f"a {type(obj).__name__}"
     return f"{kind} ({getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__name__)})"
+
+
+def _interpolations(node: Any, path: str) -> Iterator[tuple[str, str]]:
+    """(key, raw text) of every value of the config that holds an interpolation, nodes set to one included."""
+    if isinstance(node, (DictConfig, ListConfig)):
+        if node._is_interpolation():
+            yield path, str(node._value())
+            return
+        if node._is_none() or node._is_missing():
+            return
+        keys = node.keys() if isinstance(node, DictConfig) else range(len(node))
+        for key in keys:
+            child_path = (f"{path}.{key}" if path else str(key)) if isinstance(node, DictConfig) else f"{path}[{key}]"
+            yield from _interpolations(node._get_node(key), child_path)
+    elif node is not None and node._is_interpolation():
+        yield path, str(node._value())
 
 
 def _targets(node: Any, path: str) -> Iterator[tuple[str, Any]]:

@@ -134,11 +134,12 @@ def _check_running_job(cfg: DictConfig, hc, run_dir: Path):
     """The preflight's checks again on the config Hydra gave this job (what mhalab instantiates, where it writes,
     every value), then record what the run computes for `resume` to match on. Returns its TrainConfig."""
     from mhalab.runs import defining, write_defining
-    from mhalab.targets import check_config
+    from mhalab.targets import check_config, check_resolved
     from mhalab.writes import check_writes
 
     check_config(cfg)
     plain = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    check_resolved({k: v for k, v in plain.items() if k != "hydra"})
     plain["hydra"] = {"job": {"chdir": bool(hc.job.chdir)}}  # Hydra's own nodes were used before the job began
     check_writes(plain, run_dir)
     tc = validate(cfg, plain)

@@ -4,6 +4,9 @@
 and checks every path-valued key of the nodes that write files: loggers and callbacks (`save_dir`, `dir`, ...),
 Python logging handlers (`filename`), the launchers' folders (`submitit_folder`, `temp_folder`), the Optuna
 sweeper's `storage` (a sqlite file) and Hydra's `output_subdir`. Symbolic links and `..` are resolved first.
+A logger's folder is checked as the logger makes it (`save_dir` joined with `name`, `version`, `sub_dir`), and a log
+file's name must end in `.log`: a config chooses its lines (the formatter's `format`), so a log file named
+`.bashrc` or `x.pth` in a folder the config points at would be a script.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from mhalab.errors import ConfigError
 PATH_KEYS = ("save_dir", "dir", "dirpath", "root_dir", "log_dir", "filename", "submitit_folder", "temp_folder",
              "default_root_dir", "output_dir", "path")
 URL_KEYS = ("storage", "tracking_uri")
+LOGGING_SECTIONS = ("hydra.job_logging", "hydra.hydra_logging")
+LOG_SUFFIX = ".log"
+SUBDIR_KEYS = ("name", "version", "sub_dir")  # joined to save_dir by Lightning's CSV and TensorBoard loggers
 SECTIONS = ("logger", "callbacks", "hydra.callbacks", "hydra.job_logging", "hydra.hydra_logging", "hydra.launcher",
             "hydra.sweeper")
 
@@ -43,6 +49,18 @@ def check_writes(plain: dict, run_dir: str | Path) -> None:
             path = _path_of(key, name, value)
             if path is not None and not _under(_real(path, base), roots):
                 raise ConfigError(f"{key}={value!r}: files may be written only under {where}")
+            if section in LOGGING_SECTIONS and name == "filename" and not str(value).endswith(LOG_SUFFIX):
+                raise ConfigError(f"{key}={value!r}: a log file's name must end in {LOG_SUFFIX} (a config chooses "
+                                  "what its lines say, so under another name it could be a script)")
+        for key, node in _dicts(node, section):
+            if node.get("save_dir") is None or not any(node.get(k) not in (None, "") for k in SUBDIR_KEYS):
+                continue
+            parts = [str(node[k]) for k in SUBDIR_KEYS if node.get(k) not in (None, "")]
+            folder = Path(str(node["save_dir"]), *parts)
+            if not _under(_real(folder, base), roots):
+                named = ", ".join(f"{k}={node[k]!r}" for k in SUBDIR_KEYS if node.get(k) not in (None, ""))
+                raise ConfigError(f"{key}.save_dir={node['save_dir']!r} with {named}: the logger's folder "
+                                  f"{folder} must be under {where}")
     for name, node in ((plain.get("logger") or {}).items()):
         if isinstance(node, dict) and "save_dir" in node and node["save_dir"] is None:
             raise ConfigError(f"logger.{name}.save_dir=None: give a folder under the run directory (the logger "
@@ -70,6 +88,16 @@ def _leaves(node: Any, path: str) -> Iterator[tuple[str, Any]]:
     elif isinstance(node, list):
         for i, v in enumerate(node):
             yield from _leaves(v, f"{path}[{i}]") if isinstance(v, (dict, list)) else []
+
+
+def _dicts(node: Any, path: str) -> Iterator[tuple[str, dict]]:
+    if isinstance(node, dict):
+        yield path, node
+        for k, v in node.items():
+            yield from _dicts(v, f"{path}.{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _dicts(v, f"{path}[{i}]")
 
 
 def _real(path: Path, base: Path) -> Path:
