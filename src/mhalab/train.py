@@ -164,7 +164,7 @@ def train(tc, run_dir: Path, overrides: list[str], sweep_dir: Path | None = None
 
     from mhalab.callbacks import GracefulStop, LastCheckpoint, StepSeed, FaultInjection
     from mhalab.checkpoint import AtomicCheckpointIO
-    from mhalab.cost import model_cost
+    from mhalab.cost import model_cost, precision_bytes
     from mhalab.data import build_datamodule
     from mhalab.module import AttentionLitModule
 
@@ -190,7 +190,7 @@ def train(tc, run_dir: Path, overrides: list[str], sweep_dir: Path | None = None
         token_bytes = dm.token_bytes.tolist() if dm.token_bytes is not None else None
         module = AttentionLitModule(arch.to_dict(), dataclasses.asdict(tc.optim), token_bytes,
                                     dataclasses.asdict(tc.endpoint))
-        cost = model_cost(arch, dm.max_len)
+        cost = model_cost(arch, dm.max_len, precision_bytes(tc.trainer.precision))
         base.task, base.architecture, base.cost, base.label_names = dm.task, arch.to_dict(), cost, dm.label_names
         base.baselines = dm.reference_levels()
         if _launcher_rank() == 0:

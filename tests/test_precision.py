@@ -1,0 +1,80 @@
+"""The GPU options, run on the CPU (this project has no GPU): the `trainer=gpu` recipe in bf16-mixed, statistics and
+importance in float32 under autocast."""
+
+import dataclasses
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import summaries
+
+from mhalab.cost import kv_cache_bytes
+from mhalab.schema import Architecture, AttentionConfig, ModelConfig, OptimConfig, StatsConfig
+from mhalab.stats import DETECTOR_NAMES, STAT_NAMES
+
+
+def finite(values) -> bool:
+    return all(math.isfinite(v) for row in values for v in (row if isinstance(row, list) else [row]))
+
+
+def test_the_gpu_recipe_trains_on_the_cpu_in_bf16_mixed(run_train, tmp_path):
+    """The installed `mhalab` console, `trainer=gpu` with only the accelerator changed: statistics, importance,
+    checkpoints and the test of the best one, all in a bf16-mixed run."""
+    mhalab = str(Path(sys.executable).with_name("mhalab"))
+    r = run_train("trainer=gpu", "trainer.accelerator=cpu", "torch_threads=1", command=[mhalab, "train"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    (s,) = summaries(tmp_path)
+    assert s["status"] == "ok" and s["config"]["trainer"]["precision"] == "bf16-mixed"
+    assert s["config"]["trainer"]["accelerator"] == "cpu" and s["environment"]["device"] == "cpu"
+    assert {"val/loss", "val/acc", "train/loss"} <= set(s["metrics"]) and "test/acc" in s["test_metrics"]
+    assert all(math.isfinite(v) for v in [*s["metrics"].values(), *s["test_metrics"].values()])
+    assert set(s["head_stats"]) == set(STAT_NAMES + DETECTOR_NAMES)
+    assert all(len(v) == 1 and len(v[0]) == 2 and finite(v) for v in s["head_stats"].values())
+    assert len(s["head_importance"]) == 1 and finite(s["head_importance"])
+    run_dir = next(tmp_path.rglob("summary.json")).parent
+    assert (run_dir / s["checkpoints"]["last"]).is_file() and (run_dir / s["checkpoints"]["best"]).is_file()
+    # the KV cache holds the keys' dtype (bf16 under the autocast): 2 bytes per element, 2 KV heads of 16
+    assert s["cost"]["kv_cache_bytes_per_token"] == kv_cache_bytes(2, 16, 2) == 2 * 2 * 16 * 2
+
+
+def _module():
+    from mhalab.module import AttentionLitModule
+
+    arch = Architecture(vocab_size=50, objective="classification", n_classes=3,
+                        model=ModelConfig(d_model=32, n_layers=2, d_ff=64, dropout=0.0, max_len=16),
+                        attention=AttentionConfig(n_heads=4, n_kv_heads=2))
+    torch.manual_seed(0)
+    return AttentionLitModule(arch.to_dict(), dataclasses.asdict(OptimConfig()), None)
+
+
+def _batch(seed: int) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    pad = torch.arange(16)[None, :] >= torch.tensor([16, 12, 9, 5])[:, None]  # (B, T), True = padding
+    return {"input_ids": torch.randint(0, 50, (4, 16), generator=g), "padding_mask": pad,
+            "labels": torch.randint(0, 3, (4,), generator=g)}
+
+
+def test_statistics_and_importance_are_float32_under_a_bf16_autocast():
+    """A mixed-precision run's statistics are those of the float32 parameters: the same numbers under an autocast
+    as without one (the probe pass and importance turn it off), while the model itself does run in bf16 there."""
+    from mhalab.callbacks import HeadStatsCallback
+    from mhalab.evaluation import importance
+
+    module = _module()
+    cb = HeadStatsCallback(stats=StatsConfig())
+    cb.probe = _batch(0)
+    plain, plain_groups, _ = cb.measure(module)
+    plain_imp = importance(module, [_batch(1)])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert module.eval()(_batch(0)).logits.dtype == torch.bfloat16  # the autocast is on for the model
+        mixed, mixed_groups, weights = cb.measure(module)
+        mixed_imp = importance(module, [_batch(1)])
+    assert all(w.dtype == torch.float32 for w in weights)
+    for key in plain:
+        assert torch.equal(mixed[key], plain[key]), key
+    for key in plain_groups:
+        assert torch.equal(mixed_groups[key].nan_to_num(), plain_groups[key].nan_to_num()), key
+    assert torch.equal(mixed_imp, plain_imp)
