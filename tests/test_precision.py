@@ -1,11 +1,12 @@
 """The GPU options, run on the CPU (this project has no GPU): the `trainer=gpu` recipe in bf16-mixed, statistics and
-importance in float32 under autocast."""
+importance in float32 under autocast, `model.compile`, and fused AdamW (`optim.fused`)."""
 
 import dataclasses
 import json
 import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -78,3 +79,37 @@ def test_statistics_and_importance_are_float32_under_a_bf16_autocast():
     for key in plain_groups:
         assert torch.equal(mixed_groups[key].nan_to_num(), plain_groups[key].nan_to_num()), key
     assert torch.equal(mixed_imp, plain_imp)
+
+
+def test_model_compile_trains_and_keeps_the_checkpoint_keys(train, tmp_path):
+    r = train("model.compile=true", "model.compile_backend=aot_eager", "trainer.limit_train_batches=2", "test=false")
+    assert r.returncode == 0, r.stderr[-3000:]
+    (s,) = summaries(tmp_path)
+    assert s["status"] == "ok" and s["config"]["model"]["compile"] is True
+    assert s["config"]["model"]["compile_backend"] == "aot_eager"
+    assert "compile" not in s["architecture"]["model"]  # how it ran, not what it is
+    assert s["head_stats"]["entropy"] and math.isfinite(s["metrics"]["val/loss"])
+    run_dir = next(tmp_path.rglob("summary.json")).parent
+    state = torch.load(run_dir / s["checkpoints"]["last"], weights_only=True)["state_dict"]
+    assert not any("_orig_mod" in k or "compiled" in k for k in state)  # the eager model's keys
+
+
+def test_compile_runs_the_training_step_through_torch_compile():
+    module = _module()
+    module.compile_training("eager")
+    counted = []
+    compiled = module.__dict__["_compiled_forward"]
+    module.__dict__["_compiled_forward"] = lambda *a: counted.append(1) or compiled(*a)
+    logits, _ = module.logits_and_labels(_batch(0), training=True)
+    module.logits_and_labels(_batch(0))  # evaluation: eager
+    assert counted == [1] and logits.shape == (4, 3)
+    assert set(module.state_dict()) == set(_module().state_dict())
+
+
+@pytest.mark.parametrize("override,message", [
+    ("model.compile_backend=tvm", "model.compile_backend='tvm': compile_backend must be one of inductor, aot_eager"),
+])
+def test_bad_values_are_one_sentence(train, tmp_path, override, message):
+    r = train(override)
+    assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").rglob("summary.json"))

@@ -88,15 +88,24 @@ class AttentionLitModule(L.LightningModule):
     def forward(self, batch: dict[str, Tensor]):
         return self.model(batch["input_ids"], batch.get("padding_mask"))
 
-    def logits_and_labels(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        """logits flattened to (N, C) and targets (N,), -100 where nothing is predicted."""
-        logits, labels = self(batch).logits, batch["labels"]
+    def compile_training(self, backend: str = "inductor") -> None:
+        """torch.compile the model's forward pass for training steps only (`model.compile`): validation, testing,
+        statistics and importance (which attach hooks) run the eager model. The compiled function is kept outside
+        the module's children, so parameters, state_dict keys and checkpoints are those of the eager model."""
+        self.__dict__["_compiled_forward"] = torch.compile(self.model.forward, backend=backend)
+
+    def logits_and_labels(self, batch: dict[str, Tensor], training: bool = False) -> tuple[Tensor, Tensor]:
+        """logits flattened to (N, C) and targets (N,), -100 where nothing is predicted. `training`: through the
+        compiled forward pass when there is one (`compile_training`)."""
+        compiled = self.__dict__.get("_compiled_forward") if training else None
+        out = compiled(batch["input_ids"], batch.get("padding_mask")) if compiled is not None else self(batch)
+        logits, labels = out.logits, batch["labels"]
         if self.is_lm:
             return logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)  # (B*T, V), (B*T,)
         return logits, labels  # (B, n_classes), (B,)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        logits, labels = self.logits_and_labels(batch)
+        logits, labels = self.logits_and_labels(batch, training=True)
         loss = mean_cross_entropy(logits, labels)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"loss is {loss.item()} at step {self.global_step}")

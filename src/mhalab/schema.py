@@ -29,6 +29,8 @@ ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 STRATEGIES = ("auto", "ddp", "ddp_spawn", "ddp_find_unused_parameters_true", "single_device")
 PRECISIONS = ("32-true", "32", "16-mixed", "bf16-mixed", "bf16-true", "16-true", "64-true", "64")
 PROFILERS = ("simple", "advanced", "pytorch")
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")  # torch.compile backends: inductor generates kernels (a C++
+#   compiler on the CPU); aot_eager and eager trace only (for checking that the model compiles, not for speed)
 MAX_SEED = 2**32 - 1
 
 
@@ -82,8 +84,15 @@ class ModelConfig:
     pooling: str = "mean"  # classification: mean (over non-padding tokens) | cls (the first token)
     tie_weights: bool = True  # the LM head shares the token embedding
     param_match: Optional[ParamMatch] = None  # set d_ff so the model has the parameters it has with this attention
+    compile: bool = False  # torch.compile the training forward pass (validation, statistics and importance stay
+    #   eager). How the model is run, not what it is: Architecture.to_dict() leaves it out (checkpoints, the
+    #   summary's architecture, report arms); the summary's config records it.
+    compile_backend: str = "inductor"  # with compile: inductor | aot_eager | eager (see COMPILE_BACKENDS)
 
     def __post_init__(self):
+        if not isinstance(self.compile, bool):
+            raise ConfigError(f"model.compile={self.compile!r}: compile must be true or false")
+        check_choice("model.compile_backend", self.compile_backend, COMPILE_BACKENDS)
         for key in ("d_model", "n_layers", "d_ff", "max_len"):
             check_int(f"model.{key}", getattr(self, key), 1, 1 << 20)
         for key in ("dropout",):
@@ -95,6 +104,9 @@ class ModelConfig:
         if self.rotary_dim is not None:
             check_int("model.rotary_dim", self.rotary_dim, 2)
         check_int("model.short_conv", self.short_conv, 0, 64)
+
+
+RUN_ONLY_MODEL_KEYS = ("compile", "compile_backend")  # model keys that say how a model is run, not what it is
 
 
 @dataclass
@@ -134,7 +146,11 @@ class Architecture:
         return self.objective == "clm"
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The architecture as plain data; how the model is run (model.compile, model.compile_backend) is left out."""
+        d = dataclasses.asdict(self)
+        for key in RUN_ONLY_MODEL_KEYS:
+            d["model"].pop(key, None)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Architecture:

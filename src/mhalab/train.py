@@ -190,6 +190,9 @@ def train(tc, run_dir: Path, overrides: list[str], sweep_dir: Path | None = None
         token_bytes = dm.token_bytes.tolist() if dm.token_bytes is not None else None
         module = AttentionLitModule(arch.to_dict(), dataclasses.asdict(tc.optim), token_bytes,
                                     dataclasses.asdict(tc.endpoint))
+        if tc.model.compile:
+            _check_compiler(tc)
+            module.compile_training(tc.model.compile_backend)
         cost = model_cost(arch, dm.max_len, precision_bytes(tc.trainer.precision))
         base.task, base.architecture, base.cost, base.label_names = dm.task, arch.to_dict(), cost, dm.label_names
         base.baselines = dm.reference_levels()
@@ -303,6 +306,20 @@ def build_loggers_and_callbacks(tc, run_dir: Path, resuming: bool) -> tuple[list
             continue
         callbacks.append(instantiate(node, _convert_="object"))
     return loggers, callbacks
+
+
+def _check_compiler(tc) -> None:
+    """model.compile with inductor on the CPU generates C++: without a compiler, one sentence before training."""
+    import shutil
+
+    import torch
+
+    on_gpu = tc.trainer.accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available()
+    if tc.model.compile_backend == "inductor" and not on_gpu and not (
+            shutil.which(os.environ.get("CXX", "g++")) or shutil.which("clang++")):
+        raise ConfigError("model.compile=true with model.compile_backend=inductor needs a C++ compiler on the CPU "
+                          "(g++ or clang++, or $CXX) and none was found; install one, or set "
+                          "model.compile_backend=aot_eager or model.compile=false")
 
 
 def _trainer_kwargs(tc) -> dict[str, Any]:
