@@ -13,6 +13,7 @@ import torch
 from conftest import summaries
 
 from mhalab.cost import kv_cache_bytes
+from mhalab.module import adamw_kwargs
 from mhalab.schema import Architecture, AttentionConfig, ModelConfig, OptimConfig, StatsConfig
 from mhalab.stats import DETECTOR_NAMES, STAT_NAMES
 
@@ -79,6 +80,32 @@ def test_statistics_and_importance_are_float32_under_a_bf16_autocast():
     for key in plain_groups:
         assert torch.equal(mixed_groups[key].nan_to_num(), plain_groups[key].nan_to_num()), key
     assert torch.equal(mixed_imp, plain_imp)
+
+
+def test_adamw_is_fused_when_every_parameter_is_on_cuda():
+    cuda = SimpleNamespace(device=torch.device("cuda", 0), is_floating_point=lambda: True)  # stands for a CUDA tensor
+    cpu = torch.zeros(2)
+    assert adamw_kwargs(None, [cuda, cuda]) == {"fused": True}
+    assert adamw_kwargs(None, [cpu]) == {} and adamw_kwargs(None, [cuda, cpu]) == {} and adamw_kwargs(None, []) == {}
+    assert adamw_kwargs(False, [cuda]) == {"fused": False} and adamw_kwargs(True, [cpu]) == {"fused": True}
+
+
+@pytest.mark.parametrize("fused,implementation", [("null", None), ("true", True), ("false", False)])
+def test_adamw_trains_on_the_cpu_with_each_fused_setting(train, tmp_path, monkeypatch, fused, implementation):
+    """On the CPU auto is torch's default AdamW; true runs torch's fused CPU kernel (torch >= 2.4)."""
+    made = []
+    real_init = torch.optim.AdamW.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        made.append(self.defaults["fused"])
+
+    monkeypatch.setattr(torch.optim.AdamW, "__init__", init)
+    r = train(f"optim.fused={fused}", "stats=off", "trainer.limit_train_batches=2", "test=false")
+    assert r.returncode == 0, r.stderr[-3000:]
+    (s,) = summaries(tmp_path)
+    assert s["status"] == "ok" and s["config"]["optim"]["fused"] is implementation and made == [implementation]
+    assert math.isfinite(s["metrics"]["train/loss"])
 
 
 def test_model_compile_trains_and_keeps_the_checkpoint_keys(train, tmp_path):

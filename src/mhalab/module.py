@@ -30,6 +30,17 @@ def lr_lambda(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: floa
     return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+def adamw_kwargs(fused: bool | None, params) -> dict[str, Any]:
+    """The implementation keyword of torch.optim.AdamW for `optim.fused` and where the parameters are: None (auto)
+    gives {"fused": True} when every parameter is a floating-point tensor on a CUDA device and {} (torch's default,
+    foreach) otherwise; True and False are passed on as they are (torch refuses fused where it has no kernel)."""
+    if fused is not None:
+        return {"fused": bool(fused)}
+    params = list(params)
+    on_cuda = bool(params) and all(p.device.type == "cuda" and p.is_floating_point() for p in params)
+    return {"fused": True} if on_cuda else {}
+
+
 class EvalSums(Metric):
     """The running (nats, correct, count, bytes) of `mhalab.evaluation.batch_sums`, summed across processes."""
 
@@ -212,7 +223,7 @@ class AttentionLitModule(L.LightningModule):
         no_decay = [p for p in self.parameters() if p.requires_grad and p.dim() < 2]
         optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"])
+            lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"], **adamw_kwargs(o.get("fused"), decay + no_decay))
         total = max(1, int(self.trainer.estimated_stepping_batches))
         warmup = int(o["warmup_ratio"] * total) if o.get("warmup_ratio") is not None else o["warmup_steps"]
         warmup = min(warmup, total)

@@ -201,8 +201,13 @@ class OptimConfig:
     warmup_steps: int = 30
     warmup_ratio: Optional[float] = None  # a fraction of all training steps; replaces warmup_steps when set
     min_lr_ratio: float = 0.1
+    fused: Optional[bool] = None  # torch's fused AdamW kernel: None = fused when every parameter is on a CUDA device,
+    #   else torch's default (foreach); true = fused wherever torch has it (CUDA, and the CPU since torch 2.4);
+    #   false = never (mhalab.module.adamw_kwargs)
 
     def __post_init__(self):
+        if self.fused is not None and not isinstance(self.fused, bool):
+            raise ConfigError(f"optim.fused={self.fused!r}: fused must be true, false or null (auto: fused on CUDA)")
         check_number("optim.lr", self.lr, 0, 10, low_open=True)
         check_number("optim.weight_decay", self.weight_decay, 0)
         if len(self.betas) != 2:
