@@ -2,7 +2,6 @@
 importance in float32 under autocast, `model.compile`, and fused AdamW (`optim.fused`)."""
 
 import dataclasses
-import json
 import math
 import sys
 from pathlib import Path
@@ -135,6 +134,7 @@ def test_compile_runs_the_training_step_through_torch_compile():
 
 @pytest.mark.parametrize("override,message", [
     ("model.compile_backend=tvm", "model.compile_backend='tvm': compile_backend must be one of inductor, aot_eager"),
+    ("optimized_metric=val/f1", "optimized_metric='val/f1': optimized_metric must be one of val/loss, val/acc"),
 ])
 def test_bad_values_are_one_sentence(train, tmp_path, override, message):
     r = train(override)

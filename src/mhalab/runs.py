@@ -51,11 +51,22 @@ def new_command() -> None:
 
 
 def register_resolvers() -> None:
-    """`${mhalab.cwd:}` (the current directory) and `${mhalab.run_id:}` for the configs; idempotent."""
+    """`${mhalab.cwd:}` (the current directory), `${mhalab.run_id:}` and `${mhalab.direction:metric}` for the
+    configs; idempotent."""
     if not OmegaConf.has_resolver("mhalab.cwd"):
         OmegaConf.register_new_resolver("mhalab.cwd", os.getcwd)
     if not OmegaConf.has_resolver("mhalab.run_id"):
         OmegaConf.register_new_resolver("mhalab.run_id", run_id)
+    if not OmegaConf.has_resolver("mhalab.direction"):
+        OmegaConf.register_new_resolver("mhalab.direction", direction)
+
+
+def direction(metric: str) -> str:
+    """The sweeper's direction for an optimized metric: minimize losses and bits per byte, maximize the rest
+    (`mhalab.inference.lower_is_better`, the one rule)."""
+    from mhalab.inference import lower_is_better
+
+    return "minimize" if lower_is_better(str(metric)) else "maximize"
 
 
 # -- composing and checking ------------------------------------------------------------------------------------
@@ -265,6 +276,15 @@ def preflight(argv: list[str], task_function=None) -> Plan:
     return plan
 
 
+def check_sweep_direction(master: DictConfig, metric: str) -> None:
+    """A sweeper with a single direction (Optuna's) must go the way optimized_metric is better."""
+    given = OmegaConf.select(master, "hydra.sweeper.direction", default=None)
+    if isinstance(given, str) and given.lower() in ("minimize", "maximize") and given.lower() != direction(metric):
+        raise ConfigError(f"hydra.sweeper.direction={given} with optimized_metric={metric}: {metric} is better "
+                          f"when it is {'lower' if direction(metric) == 'minimize' else 'higher'}, so the direction "
+                          f"must be {direction(metric)} (leave it out: hydra/sweeper=search derives it)")
+
+
 def _files(composer, cfg) -> tuple[str, ...]:
     """The config files that set allowed_targets, only looked for when it is set."""
     return tuple(composer.files_setting("allowed_targets")) if cfg.get("allowed_targets") else ()
@@ -286,6 +306,7 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
         if tc.resume:
             raise ConfigError(f"resume with the sweeper {sweeper}: only grid sweeps (the basic sweeper) resume")
         check_launcher(master, int(OmegaConf.select(master, "hydra.sweeper.n_jobs", default=1) or 1))
+        check_sweep_direction(master, tc.optimized_metric)
         check_writable(Path(tc.paths.log_dir), "paths.log_dir")
         return Plan(list(argv), True, [(overrides, tc)])
     from mhalab.targets import check_config, check_no_grant_in_config
@@ -329,7 +350,7 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
 DEFINING = Path(".hydra") / "defining.json"  # what a run computes: its resolved config (written as it starts)
 # keys that say where a run lives or how it is executed, never what it computes (results do not depend on
 # data.num_workers: tests/test_resume.py)
-NOT_DEFINING = ("hydra", "resume", "paths", "fault", "logger", "allowed_targets", "data.num_workers",
+NOT_DEFINING = ("hydra", "resume", "paths", "fault", "logger", "allowed_targets", "optimized_metric", "data.num_workers",
                 "data.cache_dir", "data.hf_cache_dir")
 
 

@@ -31,6 +31,7 @@ PRECISIONS = ("32-true", "32", "16-mixed", "bf16-mixed", "bf16-true", "16-true",
 PROFILERS = ("simple", "advanced", "pytorch")
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")  # torch.compile backends: inductor generates kernels (a C++
 #   compiler on the CPU); aot_eager and eager trace only (for checking that the model compiles, not for speed)
+OPTIMIZED_METRICS = ("val/loss", "val/acc", "val/acc_best", "val/bpb", "train/loss")  # a run's final metrics
 MAX_SEED = 2**32 - 1
 
 
@@ -434,9 +435,13 @@ class TrainConfig:
     paths: PathsConfig = field(default_factory=PathsConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
+    optimized_metric: str = "val/loss"  # the final metric a run returns to Hydra's sweeper (Optuna's objective);
+    #   its direction follows the metric (mhalab.inference.lower_is_better): losses and bpb are minimised,
+    #   accuracies maximised (hydra/sweeper=search sets direction from it)
 
     def __post_init__(self):
         check_int("seed", self.seed, 0, MAX_SEED)
+        check_choice("optimized_metric", self.optimized_metric, OPTIMIZED_METRICS)
         if self.torch_threads is not None:
             check_int("torch_threads", self.torch_threads, 1, 4096)
         if not isinstance(self.resume, (bool, str)):

@@ -102,7 +102,7 @@ def run(cfg: DictConfig) -> float | None:
         if multirun and run_status(run_dir) == "ok":  # a resumed sweep: this job finished before
             done = read_summary(run_dir)
             log.info("job %s finished before: %s", run_dir, result_line(done, run_dir))
-            return done.metrics.get("val/loss")
+            return done.metrics.get(tc.optimized_metric)
         summary = train(tc, run_dir, overrides, sweep_dir)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -127,7 +127,7 @@ def run(cfg: DictConfig) -> float | None:
         _finish_wandb()
     if _launcher_rank() == 0:
         log.info(result_line(summary, run_dir))  # to stdout and train.log, once under DDP
-    return summary.metrics.get("val/loss")
+    return summary.metrics.get(tc.optimized_metric)  # what a sweeper (Optuna) optimises
 
 
 def _check_running_job(cfg: DictConfig, hc, run_dir: Path):
@@ -190,6 +190,9 @@ def train(tc, run_dir: Path, overrides: list[str], sweep_dir: Path | None = None
         token_bytes = dm.token_bytes.tolist() if dm.token_bytes is not None else None
         module = AttentionLitModule(arch.to_dict(), dataclasses.asdict(tc.optim), token_bytes,
                                     dataclasses.asdict(tc.endpoint))
+        if tc.optimized_metric == "val/bpb" and not module.reports_bpb:
+            raise ConfigError(f"optimized_metric=val/bpb: task {dm.task} ({dm.objective}) reports no bits per byte; "
+                              "optimise val/loss, val/acc, val/acc_best or train/loss")
         if tc.model.compile:
             _check_compiler(tc)
             module.compile_training(tc.model.compile_backend)
