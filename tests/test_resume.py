@@ -248,3 +248,20 @@ def test_the_slurm_launcher_config_matches_the_signal_handling():
 
     launcher = compose(["hydra/launcher=slurm"]).hydra.launcher
     assert launcher.signal_delay_s > 0 and launcher.max_num_timeout >= 1
+
+
+def test_a_run_recorded_before_the_gpu_keys_existed_still_resumes(train, tmp_path):
+    """model.compile, model.compile_backend and optim.fused were added to the schema after runs were recorded: such
+    a run's defining.json lacks them, and resume=true still finds it (it ran with their defaults)."""
+    r = train("stats=off", "test=false")
+    assert r.returncode == 0, r.stderr[-3000:]
+    (run_dir,) = (tmp_path / "logs" / "train" / "runs").iterdir()
+    path = run_dir / ".hydra" / "defining.json"
+    recorded = json.loads(path.read_text())
+    for node, key in (("model", "compile"), ("model", "compile_backend"), ("optim", "fused")):
+        del recorded[node][key]
+    path.write_text(json.dumps(recorded))
+    again = train("stats=off", "test=false", "resume=true")
+    assert again.returncode == 0 and "has finished" in again.stdout + again.stderr, again.stderr[-3000:]
+    changed = train("stats=off", "test=false", "resume=true", "optim.fused=true")
+    assert changed.returncode == 2 and "no run under" in changed.stderr

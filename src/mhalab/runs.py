@@ -350,8 +350,11 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
 DEFINING = Path(".hydra") / "defining.json"  # what a run computes: its resolved config (written as it starts)
 # keys that say where a run lives or how it is executed, never what it computes (results do not depend on
 # data.num_workers: tests/test_resume.py)
-NOT_DEFINING = ("hydra", "resume", "paths", "fault", "logger", "allowed_targets", "optimized_metric", "data.num_workers",
-                "data.cache_dir", "data.hf_cache_dir")
+NOT_DEFINING = ("hydra", "resume", "paths", "fault", "logger", "allowed_targets", "optimized_metric",
+                "data.num_workers", "data.cache_dir", "data.hf_cache_dir")
+# keys added to the schema after runs were recorded, with the value those runs had: a run started before a key
+# existed computed what its default computes, and resumes under it
+ADDED_KEYS = {"model.compile": False, "model.compile_backend": "inductor", "optim.fused": None}
 
 
 def defining(plain: dict) -> dict:
@@ -377,11 +380,20 @@ def write_defining(run_dir: Path, plain: dict) -> None:
 
 
 def run_defining(run_dir: Path) -> dict | None:
-    """What a run recorded that it computes, or None (not started by this mhalab, or unreadable)."""
+    """What a run recorded that it computes, or None (not started by this mhalab, or unreadable); keys the schema
+    gained since (ADDED_KEYS) at the value the run had."""
     try:
-        return json.loads((Path(run_dir) / DEFINING).read_text())
+        recorded = json.loads((Path(run_dir) / DEFINING).read_text())
     except (OSError, ValueError):
         return None
+    for key, value in ADDED_KEYS.items():
+        *parents, last = key.split(".")
+        node = recorded
+        for p in parents:
+            node = node.get(p) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.setdefault(last, value)
+    return recorded
 
 
 def differences(a: dict | None, b: dict, prefix: str = "") -> list[str]:
