@@ -258,3 +258,49 @@ def test_kv_cache_decoding_matches_full_causal_pass():
     steps = [attn(x[:, t:t + 1], causal=True, cache=cache)[0] for t in range(3, 7)]
     assert torch.allclose(torch.cat([prefix] + steps, 1), full, atol=ATOL)
     assert cache.length == 7 and cache.nbytes == 2 * 2 * 2 * 7 * 4 * 4
+
+
+@pytest.mark.parametrize("pos", ["rotary", "learned"])
+def test_kv_cache_takes_the_compute_dtype_under_a_bf16_autocast(pos):
+    """Float32 parameters under a bf16 autocast (a bf16-mixed run): the cache holds bf16 keys and values, so its
+    bytes are what mhalab.cost prices at 2 bytes per element, and decoding still equals a full forward pass."""
+    from mhalab.cost import kv_cache_bytes
+    from mhalab.model import LanguageModel
+    from mhalab.schema import Architecture, AttentionConfig, ModelConfig
+
+    arch = Architecture(vocab_size=41, objective="clm",
+                        model=ModelConfig(d_model=32, n_layers=2, d_ff=64, dropout=0.0, max_len=32, pos=pos),
+                        attention=AttentionConfig(n_heads=4, n_kv_heads=2))
+    torch.manual_seed(0)
+    model = LanguageModel(arch).eval()
+    assert model.encoder.tok_emb.weight.dtype == torch.float32
+    ids = torch.randint(0, 41, (3, 12))  # (B, T)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        full = model(ids).logits  # (B, T, V)
+        caches = model.encoder.new_caches(3, max_len=12)
+        steps = [model(ids[:, :5], caches=caches).logits]
+        steps += [model(ids[:, t:t + 1], caches=caches).logits for t in range(5, 12)]
+    assert all(c.dtype == torch.bfloat16 and c.k.device.type == "cpu" for c in caches)
+    assert sum(c.nbytes for c in caches) == kv_cache_bytes(2, 8, 2, n_tokens=12, n_layers=2, batch_size=3)
+    got = torch.cat(steps, dim=1).float()
+    assert ((got - full.float()).norm() / full.float().norm()).item() < 3e-2
+
+
+def test_kv_cache_with_an_explicit_dtype_stores_it_and_attends_in_the_queries_dtype():
+    attn = MultiHeadAttention(16, 4, 2).eval()
+    x = torch.randn(2, 5, 16)
+    full, _ = attn(x, causal=True)
+    cache = KVCache(2, 2, 8, 4, dtype=torch.bfloat16)
+    assert cache.dtype == torch.bfloat16 and cache.nbytes == 0
+    steps = [attn(x[:, t:t + 1], causal=True, cache=cache)[0] for t in range(5)]
+    y = torch.cat(steps, 1)
+    assert y.dtype == torch.float32 and cache.nbytes == 2 * 2 * 2 * 5 * 4 * 2
+    assert ((y - full).norm() / full.norm()).item() < 3e-2  # only the stored keys and values are rounded
+
+
+def test_a_kv_cache_without_a_dtype_is_made_by_its_first_keys():
+    cache = KVCache(1, 2, 8, 4)
+    assert cache.dtype is None and cache.nbytes == 0 and cache.max_len == 8
+    k = torch.randn(1, 2, 3, 4, dtype=torch.float64)
+    cache.update(k, k)
+    assert cache.dtype == torch.float64 and cache.nbytes == 2 * 2 * 3 * 4 * 8

@@ -80,6 +80,26 @@ def test_fault_matrix(run_train, tmp_path, reference, point, workers):
     assert results(got) == results(reference(workers))
 
 
+BF16 = ["trainer=gpu", "trainer.accelerator=cpu"]  # the GPU recipe (bf16-mixed) on the CPU
+
+
+def test_a_bf16_mixed_run_killed_and_resumed_is_bit_identical(run_train, tmp_path, data_cache):
+    """The `trainer=gpu` recipe on the CPU: bf16 autocast, float32 parameters and optimizer state in the checkpoint;
+    killed after a mid-epoch checkpoint and resumed, it ends exactly as the uninterrupted run."""
+    from mhalab.train import main
+
+    root = tmp_path / "reference"
+    main([*TINY, *RUN, *BF16, f"paths.root_dir={root}", f"data.cache_dir={data_cache}"])
+    (reference,) = summaries(root / "logs")
+    assert reference["config"]["trainer"]["precision"] == "bf16-mixed"
+    killed = run_train(*RUN, *BF16, KILL_POINTS["after a mid-epoch checkpoint"])
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    resumed = run_train(*RUN, *BF16, "resume=true")
+    assert resumed.returncode == 0 and "resuming from" in resumed.stdout + resumed.stderr, resumed.stderr[-3000:]
+    (got,) = summaries(tmp_path / "logs")
+    assert results(got) == results(reference)
+
+
 def test_results_do_not_depend_on_the_number_of_workers(reference):
     assert results(reference(0)) == results(reference(2))
 
@@ -228,3 +248,20 @@ def test_the_slurm_launcher_config_matches_the_signal_handling():
 
     launcher = compose(["hydra/launcher=slurm"]).hydra.launcher
     assert launcher.signal_delay_s > 0 and launcher.max_num_timeout >= 1
+
+
+def test_a_run_recorded_before_the_gpu_keys_existed_still_resumes(train, tmp_path):
+    """model.compile, model.compile_backend and optim.fused were added to the schema after runs were recorded: such
+    a run's defining.json lacks them, and resume=true still finds it (it ran with their defaults)."""
+    r = train("stats=off", "test=false")
+    assert r.returncode == 0, r.stderr[-3000:]
+    (run_dir,) = (tmp_path / "logs" / "train" / "runs").iterdir()
+    path = run_dir / ".hydra" / "defining.json"
+    recorded = json.loads(path.read_text())
+    for node, key in (("model", "compile"), ("model", "compile_backend"), ("optim", "fused")):
+        del recorded[node][key]
+    path.write_text(json.dumps(recorded))
+    again = train("stats=off", "test=false", "resume=true")
+    assert again.returncode == 0 and "has finished" in again.stdout + again.stderr, again.stderr[-3000:]
+    changed = train("stats=off", "test=false", "resume=true", "optim.fused=true")
+    assert changed.returncode == 2 and "no run under" in changed.stderr

@@ -256,6 +256,44 @@ def test_optuna_search_with_a_step_cap(train, tmp_path):
     assert len(runs) == 2 and all("val/loss" in s["metrics"] for s in runs)
 
 
+def test_optuna_maximises_the_optimized_metric(train, tmp_path, monkeypatch):
+    """optimized_metric=val/acc: each trial's value is the run's val/acc and the study maximises it (its direction
+    derived from the metric); a direction against the metric is refused in one sentence. (The study is caught as
+    the sweeper makes it: Optuna's sqlite storage does not work with this environment's SQLAlchemy.)"""
+    import optuna
+    import yaml
+
+    studies = []
+    real_create_study = optuna.create_study
+
+    def create_study(*args, **kwargs):
+        studies.append(real_create_study(*args, **kwargs))
+        return studies[-1]
+
+    monkeypatch.setattr(optuna, "create_study", create_study)
+    r = train("hydra/sweeper=search", "hydra.sweeper.n_trials=2", "optimized_metric=val/acc",
+              "trainer.limit_train_batches=null", "trainer.max_steps=2", "stats=off", multirun=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    runs = summaries(tmp_path / "logs")
+    (study,) = studies
+    assert study.direction == optuna.study.StudyDirection.MAXIMIZE
+    assert sorted(t.value for t in study.trials) == sorted(s["metrics"]["val/acc"] for s in runs)
+    assert all(s["config"]["optimized_metric"] == "val/acc" for s in runs) and len(runs) == 2
+    (results,) = (tmp_path / "logs").rglob("optimization_results.yaml")
+    assert yaml.safe_load(results.read_text())["best_value"] == max(s["metrics"]["val/acc"] for s in runs)
+    wrong = train("hydra/sweeper=search", "hydra.sweeper.n_trials=2", "hydra.sweeper.direction=minimize",
+                  "optimized_metric=val/acc", multirun=True)
+    assert wrong.returncode == 2 and len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr
+    assert "hydra.sweeper.direction=minimize with optimized_metric=val/acc" in wrong.stderr
+    assert "must be maximize" in wrong.stderr
+
+
+def test_optimized_metric_val_bpb_needs_a_text_language_model(train, tmp_path):
+    r = train("optimized_metric=val/bpb")
+    assert r.returncode == 2 and "optimized_metric=val/bpb: task bbc_news (classification) reports no bits" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not list(tmp_path.rglob("summary.json"))
+
+
 def test_a_recipe_that_repeats_a_small_corpus_many_times_is_warned_about(train):
     r = train("trainer.max_epochs=12", "trainer.limit_train_batches=1", "stats=off")
     assert r.returncode == 0, r.stderr[-3000:]

@@ -28,29 +28,52 @@ class KVCache:
 
     Holds (B, n_kv_heads, max_len, d_head) keys and values; `update` writes the new ones at the
     current length and returns views of everything cached so far.
+
+    dtype None (the default): the cache is allocated at the first `update`, in the dtype and on the device of the
+    keys it is given, so it follows the model's device and compute dtype (bf16 under a bf16 autocast, where the
+    parameters stay float32, as `mhalab.cost.kv_cache_bytes` with 2 bytes per element prices it). An explicit dtype
+    allocates at once (on `device`), stores the keys and values in that dtype and returns them in the queries'.
     """
 
     def __init__(self, batch_size: int, n_kv_heads: int, max_len: int, d_head: int,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
-        shape = (batch_size, n_kv_heads, max_len, d_head)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+                 dtype: torch.dtype | None = None, device: torch.device | str | None = None):
+        self.shape = (batch_size, n_kv_heads, max_len, d_head)
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+        if dtype is not None:
+            self._allocate(dtype, device)
         self.length = 0
+
+    def _allocate(self, dtype: torch.dtype, device) -> None:
+        self.k = torch.zeros(self.shape, dtype=dtype, device=device)
+        self.v = torch.zeros(self.shape, dtype=dtype, device=device)
 
     @property
     def max_len(self) -> int:
-        return self.k.shape[2]
+        return self.shape[2]
+
+    @property
+    def dtype(self) -> torch.dtype | None:
+        """The dtype the cache holds; None before the first update of a cache that takes it from its keys."""
+        return None if self.k is None else self.k.dtype
 
     @property
     def nbytes(self) -> int:
         """Bytes held by the filled part of the cache."""
-        B, G, _, D = self.k.shape
+        if self.k is None:
+            return 0
+        B, G, _, D = self.shape
         return 2 * B * G * self.length * D * self.k.element_size()
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         T = k.shape[2]
         if self.length + T > self.max_len:
             raise ValueError(f"KVCache: {self.length + T} positions exceed max_len={self.max_len}")
+        if self.k is None:
+            self._allocate(k.dtype, k.device)
+        elif k.device != self.k.device:
+            raise ValueError(f"KVCache: keys on {k.device} for a cache on {self.k.device}; make the cache on the "
+                             "model's device (or with dtype=None, which follows the keys)")
         self.k[:, :, self.length:self.length + T] = k
         self.v[:, :, self.length:self.length + T] = v
         self.length += T
@@ -64,8 +87,11 @@ def rotate_half(x: Tensor) -> Tensor:
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotary position embedding (RoFormer, GPT-NeoX layout) on the first R features of each head, the rest passed
-    through (partial rotary, as in GPT-NeoX's rotary_pct). x: (B, H, T, D); cos, sin: (T, R), R even, R <= D."""
+    through (partial rotary, as in GPT-NeoX's rotary_pct). x: (B, H, T, D); cos, sin: (T, R), R even, R <= D.
+    The result has x's dtype."""
     R = cos.shape[-1]
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)  # keep x's dtype: bf16 under autocast (the float32 tables would
+    #   promote the keys, and with them the KV cache, to float32)
     if R == x.shape[-1]:
         return x * cos + rotate_half(x) * sin
     rot, rest = x[..., :R], x[..., R:]
@@ -172,6 +198,8 @@ class MultiHeadAttention(nn.Module):
             v = call_hooks(self, "v", v.transpose(1, 2)).transpose(1, 2)  # (B, G, S, D)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, G, past + T, D)
+            if k.dtype != q.dtype:  # a cache with its own storage dtype: attend in the queries' dtype
+                k, v = k.to(q.dtype), v.to(q.dtype)
         S = k.shape[2]
         mask = self._mask(key_padding_mask, causal, B, T, S, past, x.device)  # (B|1, 1, T|1, S) bool or None
         dropout_p = self.dropout if self.training else 0.0

@@ -75,7 +75,14 @@ class HeadStatsCallback(L.Callback):
 
     @torch.no_grad()
     def measure(self, pl_module) -> tuple[dict[str, Tensor], dict[str, Tensor], list[Tensor]]:
-        """(stats {stat: (L, H)}, groups {key: (L,)}, weights per layer) of the probe batch."""
+        """(stats {stat: (L, H)}, groups {key: (L,)}, weights per layer) of the probe batch, in the parameters'
+        dtype: an autocast around the call (a mixed-precision run) is turned off for it (`float32_pass`)."""
+        from mhalab.evaluation import float32_pass
+
+        with float32_pass(pl_module):
+            return self._measure(pl_module)
+
+    def _measure(self, pl_module) -> tuple[dict[str, Tensor], dict[str, Tensor], list[Tensor]]:
         batch = pl_module.to_device(self.probe)
         points = {"pattern"} | {p for stat in self.user_stats.values() for p in getattr(stat, "points", ("pattern",))}
         cache = S.probe_cache(pl_module, batch, points)

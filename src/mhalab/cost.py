@@ -45,6 +45,13 @@ def kv_cache_bytes(n_kv_heads: int, d_head: int, bytes_per_element: int = 4, n_t
     return 2 * n_kv_heads * d_head * bytes_per_element * n_tokens * n_layers * batch_size
 
 
+def precision_bytes(precision: str) -> int:
+    """Bytes per element of the activations (and so the KV cache, which takes the keys' dtype) under a Lightning
+    precision: 2 for the 16-bit ones (mixed or true), 8 for 64, else 4."""
+    p = str(precision)
+    return 2 if p.startswith(("16", "bf16")) else 8 if p.startswith("64") else 4
+
+
 def matmul_flops(m: int, k: int, n: int) -> int:
     """An (m, k) @ (k, n) product: m * n dot products of length k, a multiply-add each."""
     return 2 * m * k * n

@@ -97,11 +97,17 @@ def mean_loss(module, batch: dict[str, Tensor]) -> Tensor:
     return mean_cross_entropy(*module.logits_and_labels(batch))
 
 
+def float32_pass(module):
+    """A context with autocast off on the module's device: what runs in it computes in the parameters' dtype
+    (float32 in a bf16-mixed or 16-mixed run), as head statistics and importance do wherever they are called."""
+    return torch.autocast(device_type=next(module.parameters()).device.type, enabled=False)
+
+
 def importance(module, batches: list[dict[str, Tensor]], normalize: bool = True) -> Tensor:
     """(n_layers, n_heads) head importance (Michel et al. 2019) over the examples of `batches`, in eval mode
-    (no dropout); heads removed by an attached hook (`mhalab.ablate.zero_heads`) get 0. See
+    (no dropout) and in the parameters' dtype (`float32_pass`); heads removed by an attached hook (`mhalab.ablate.zero_heads`) get 0. See
     `mhalab.stats.head_importance`."""
     from mhalab.stats import head_importance
 
-    with eval_mode(module):
+    with eval_mode(module), float32_pass(module):
         return head_importance(module, [module.to_device(b) for b in batches], mean_loss, normalize=normalize)

@@ -120,10 +120,12 @@ class Encoder(nn.Module):
         return [b.attn for b in self.blocks]
 
     def new_caches(self, batch_size: int, max_len: int | None = None, dtype: torch.dtype | None = None) -> list[KVCache]:
-        """One empty KVCache per layer, for incremental decoding with `causal=True`."""
+        """One empty KVCache per layer, for incremental decoding with `causal=True`. dtype None: each cache takes the
+        dtype and device of the keys it first stores (the model's compute dtype: bf16 under a bf16 autocast); else
+        that dtype on the model's device."""
         a, p = self.arch.attention, self.tok_emb.weight
-        return [KVCache(batch_size, a.n_kv_heads, max_len or self.arch.model.max_len, a.d_head, dtype or p.dtype,
-                        p.device) for _ in range(self.arch.model.n_layers)]
+        return [KVCache(batch_size, a.n_kv_heads, max_len or self.arch.model.max_len, a.d_head, dtype,
+                        p.device if dtype is not None else None) for _ in range(self.arch.model.n_layers)]
 
     def forward(self, input_ids: Tensor, padding_mask: Tensor | None = None,
                 caches: list[KVCache] | None = None) -> EncoderOutput:

@@ -30,6 +30,17 @@ def lr_lambda(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: floa
     return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+def adamw_kwargs(fused: bool | None, params) -> dict[str, Any]:
+    """The implementation keyword of torch.optim.AdamW for `optim.fused` and where the parameters are: None (auto)
+    gives {"fused": True} when every parameter is a floating-point tensor on a CUDA device and {} (torch's default,
+    foreach) otherwise; True and False are passed on as they are (torch refuses fused where it has no kernel)."""
+    if fused is not None:
+        return {"fused": bool(fused)}
+    params = list(params)
+    on_cuda = bool(params) and all(p.device.type == "cuda" and p.is_floating_point() for p in params)
+    return {"fused": True} if on_cuda else {}
+
+
 class EvalSums(Metric):
     """The running (nats, correct, count, bytes) of `mhalab.evaluation.batch_sums`, summed across processes."""
 
@@ -88,15 +99,24 @@ class AttentionLitModule(L.LightningModule):
     def forward(self, batch: dict[str, Tensor]):
         return self.model(batch["input_ids"], batch.get("padding_mask"))
 
-    def logits_and_labels(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        """logits flattened to (N, C) and targets (N,), -100 where nothing is predicted."""
-        logits, labels = self(batch).logits, batch["labels"]
+    def compile_training(self, backend: str = "inductor") -> None:
+        """torch.compile the model's forward pass for training steps only (`model.compile`): validation, testing,
+        statistics and importance (which attach hooks) run the eager model. The compiled function is kept outside
+        the module's children, so parameters, state_dict keys and checkpoints are those of the eager model."""
+        self.__dict__["_compiled_forward"] = torch.compile(self.model.forward, backend=backend)
+
+    def logits_and_labels(self, batch: dict[str, Tensor], training: bool = False) -> tuple[Tensor, Tensor]:
+        """logits flattened to (N, C) and targets (N,), -100 where nothing is predicted. `training`: through the
+        compiled forward pass when there is one (`compile_training`)."""
+        compiled = self.__dict__.get("_compiled_forward") if training else None
+        out = compiled(batch["input_ids"], batch.get("padding_mask")) if compiled is not None else self(batch)
+        logits, labels = out.logits, batch["labels"]
         if self.is_lm:
             return logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)  # (B*T, V), (B*T,)
         return logits, labels  # (B, n_classes), (B,)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        logits, labels = self.logits_and_labels(batch)
+        logits, labels = self.logits_and_labels(batch, training=True)
         loss = mean_cross_entropy(logits, labels)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"loss is {loss.item()} at step {self.global_step}")
@@ -203,7 +223,7 @@ class AttentionLitModule(L.LightningModule):
         no_decay = [p for p in self.parameters() if p.requires_grad and p.dim() < 2]
         optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"])
+            lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"], **adamw_kwargs(o.get("fused"), decay + no_decay))
         total = max(1, int(self.trainer.estimated_stepping_batches))
         warmup = int(o["warmup_ratio"] * total) if o.get("warmup_ratio") is not None else o["warmup_steps"]
         warmup = min(warmup, total)

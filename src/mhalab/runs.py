@@ -53,11 +53,22 @@ def new_command() -> None:
 
 
 def register_resolvers() -> None:
-    """`${mhalab.cwd:}` (the current directory) and `${mhalab.run_id:}` for the configs; idempotent."""
+    """`${mhalab.cwd:}` (the current directory), `${mhalab.run_id:}` and `${mhalab.direction:metric}` for the
+    configs; idempotent."""
     if not OmegaConf.has_resolver("mhalab.cwd"):
         OmegaConf.register_new_resolver("mhalab.cwd", os.getcwd)
     if not OmegaConf.has_resolver("mhalab.run_id"):
         OmegaConf.register_new_resolver("mhalab.run_id", run_id)
+    if not OmegaConf.has_resolver("mhalab.direction"):
+        OmegaConf.register_new_resolver("mhalab.direction", direction)
+
+
+def direction(metric: str) -> str:
+    """The sweeper's direction for an optimized metric: minimize losses and bits per byte, maximize the rest
+    (`mhalab.inference.lower_is_better`, the one rule)."""
+    from mhalab.inference import lower_is_better
+
+    return "minimize" if lower_is_better(str(metric)) else "maximize"
 
 
 # -- composing and checking ------------------------------------------------------------------------------------
@@ -270,6 +281,15 @@ def preflight(argv: list[str], task_function=None) -> Plan:
     return plan
 
 
+def check_sweep_direction(master: DictConfig, metric: str) -> None:
+    """A sweeper with a single direction (Optuna's) must go the way optimized_metric is better."""
+    given = OmegaConf.select(master, "hydra.sweeper.direction", default=None)
+    if isinstance(given, str) and given.lower() in ("minimize", "maximize") and given.lower() != direction(metric):
+        raise ConfigError(f"hydra.sweeper.direction={given} with optimized_metric={metric}: {metric} is better "
+                          f"when it is {'lower' if direction(metric) == 'minimize' else 'higher'}, so the direction "
+                          f"must be {direction(metric)} (leave it out: hydra/sweeper=search derives it)")
+
+
 def _files(composer, cfg) -> tuple[str, ...]:
     """The config files that set allowed_targets, only looked for when it is set."""
     return tuple(composer.files_setting("allowed_targets")) if cfg.get("allowed_targets") else ()
@@ -291,6 +311,7 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
         if tc.resume:
             raise ConfigError(f"resume with the sweeper {sweeper}: only grid sweeps (the basic sweeper) resume")
         check_launcher(master, int(OmegaConf.select(master, "hydra.sweeper.n_jobs", default=1) or 1))
+        check_sweep_direction(master, tc.optimized_metric)
         check_writable(Path(tc.paths.log_dir), "paths.log_dir")
         return Plan(list(argv), True, [(overrides, tc)])
     from mhalab.targets import check_config, check_no_grant_in_config
@@ -334,8 +355,11 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
 DEFINING = Path(".hydra") / "defining.json"  # what a run computes: its resolved config (written as it starts)
 # keys that say where a run lives or how it is executed, never what it computes (results do not depend on
 # data.num_workers: tests/test_resume.py)
-NOT_DEFINING = ("hydra", "resume", "paths", "fault", "logger", "allowed_targets", "data.num_workers",
-                "data.cache_dir", "data.hf_cache_dir")
+NOT_DEFINING = ("hydra", "resume", "paths", "fault", "logger", "allowed_targets", "optimized_metric",
+                "data.num_workers", "data.cache_dir", "data.hf_cache_dir")
+# keys added to the schema after runs were recorded, with the value those runs had: a run started before a key
+# existed computed what its default computes, and resumes under it
+ADDED_KEYS = {"model.compile": False, "model.compile_backend": "inductor", "optim.fused": None}
 
 
 def defining(plain: dict) -> dict:
@@ -361,11 +385,20 @@ def write_defining(run_dir: Path, plain: dict) -> None:
 
 
 def run_defining(run_dir: Path) -> dict | None:
-    """What a run recorded that it computes, or None (not started by this mhalab, or unreadable)."""
+    """What a run recorded that it computes, or None (not started by this mhalab, or unreadable); keys the schema
+    gained since (ADDED_KEYS) at the value the run had."""
     try:
-        return json.loads((Path(run_dir) / DEFINING).read_text())
+        recorded = json.loads((Path(run_dir) / DEFINING).read_text())
     except (OSError, ValueError):
         return None
+    for key, value in ADDED_KEYS.items():
+        *parents, last = key.split(".")
+        node = recorded
+        for p in parents:
+            node = node.get(p) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.setdefault(last, value)
+    return recorded
 
 
 def differences(a: dict | None, b: dict, prefix: str = "") -> list[str]:

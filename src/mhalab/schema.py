@@ -29,6 +29,9 @@ ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 STRATEGIES = ("auto", "ddp", "ddp_spawn", "ddp_find_unused_parameters_true", "single_device")
 PRECISIONS = ("32-true", "32", "16-mixed", "bf16-mixed", "bf16-true", "16-true", "64-true", "64")
 PROFILERS = ("simple", "advanced", "pytorch")
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")  # torch.compile backends: inductor generates kernels (a C++
+#   compiler on the CPU); aot_eager and eager trace only (for checking that the model compiles, not for speed)
+OPTIMIZED_METRICS = ("val/loss", "val/acc", "val/acc_best", "val/bpb", "train/loss")  # a run's final metrics
 MAX_SEED = 2**32 - 1
 
 
@@ -82,8 +85,15 @@ class ModelConfig:
     pooling: str = "mean"  # classification: mean (over non-padding tokens) | cls (the first token)
     tie_weights: bool = True  # the LM head shares the token embedding
     param_match: Optional[ParamMatch] = None  # set d_ff so the model has the parameters it has with this attention
+    compile: bool = False  # torch.compile the training forward pass (validation, statistics and importance stay
+    #   eager). How the model is run, not what it is: Architecture.to_dict() leaves it out (checkpoints, the
+    #   summary's architecture, report arms); the summary's config records it.
+    compile_backend: str = "inductor"  # with compile: inductor | aot_eager | eager (see COMPILE_BACKENDS)
 
     def __post_init__(self):
+        if not isinstance(self.compile, bool):
+            raise ConfigError(f"model.compile={self.compile!r}: compile must be true or false")
+        check_choice("model.compile_backend", self.compile_backend, COMPILE_BACKENDS)
         for key in ("d_model", "n_layers", "d_ff", "max_len"):
             check_int(f"model.{key}", getattr(self, key), 1, 1 << 20)
         for key in ("dropout",):
@@ -95,6 +105,9 @@ class ModelConfig:
         if self.rotary_dim is not None:
             check_int("model.rotary_dim", self.rotary_dim, 2)
         check_int("model.short_conv", self.short_conv, 0, 64)
+
+
+RUN_ONLY_MODEL_KEYS = ("compile", "compile_backend")  # model keys that say how a model is run, not what it is
 
 
 @dataclass
@@ -134,7 +147,11 @@ class Architecture:
         return self.objective == "clm"
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The architecture as plain data; how the model is run (model.compile, model.compile_backend) is left out."""
+        d = dataclasses.asdict(self)
+        for key in RUN_ONLY_MODEL_KEYS:
+            d["model"].pop(key, None)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Architecture:
@@ -185,8 +202,13 @@ class OptimConfig:
     warmup_steps: int = 30
     warmup_ratio: Optional[float] = None  # a fraction of all training steps; replaces warmup_steps when set
     min_lr_ratio: float = 0.1
+    fused: Optional[bool] = None  # torch's fused AdamW kernel: None = fused when every parameter is on a CUDA device,
+    #   else torch's default (foreach); true = fused wherever torch has it (CUDA, and the CPU since torch 2.4);
+    #   false = never (mhalab.module.adamw_kwargs)
 
     def __post_init__(self):
+        if self.fused is not None and not isinstance(self.fused, bool):
+            raise ConfigError(f"optim.fused={self.fused!r}: fused must be true, false or null (auto: fused on CUDA)")
         check_number("optim.lr", self.lr, 0, 10, low_open=True)
         check_number("optim.weight_decay", self.weight_decay, 0)
         if len(self.betas) != 2:
@@ -413,9 +435,13 @@ class TrainConfig:
     paths: PathsConfig = field(default_factory=PathsConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
+    optimized_metric: str = "val/loss"  # the final metric a run returns to Hydra's sweeper (Optuna's objective);
+    #   its direction follows the metric (mhalab.inference.lower_is_better): losses and bpb are minimised,
+    #   accuracies maximised (hydra/sweeper=search sets direction from it)
 
     def __post_init__(self):
         check_int("seed", self.seed, 0, MAX_SEED)
+        check_choice("optimized_metric", self.optimized_metric, OPTIMIZED_METRICS)
         if self.torch_threads is not None:
             check_int("torch_threads", self.torch_threads, 1, 4096)
         if not isinstance(self.resume, (bool, str)):

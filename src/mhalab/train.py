@@ -102,7 +102,7 @@ def run(cfg: DictConfig) -> float | None:
         if multirun and run_status(run_dir) == "ok":  # a resumed sweep: this job finished before
             done = read_summary(run_dir)
             log.info("job %s finished before: %s", run_dir, result_line(done, run_dir))
-            return done.metrics.get("val/loss")
+            return done.metrics.get(tc.optimized_metric)
         summary = train(tc, run_dir, overrides, sweep_dir)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -127,7 +127,7 @@ def run(cfg: DictConfig) -> float | None:
         _finish_wandb()
     if launcher_rank() == 0:
         log.info(result_line(summary, run_dir))  # to stdout and train.log, once under DDP
-    return summary.metrics.get("val/loss")
+    return summary.metrics.get(tc.optimized_metric)  # what a sweeper (Optuna) optimises
 
 
 def _check_running_job(cfg: DictConfig, hc, run_dir: Path):
@@ -165,7 +165,7 @@ def train(tc, run_dir: Path, overrides: list[str], sweep_dir: Path | None = None
 
     from mhalab.callbacks import GracefulStop, LastCheckpoint, StepSeed, FaultInjection
     from mhalab.checkpoint import AtomicCheckpointIO
-    from mhalab.cost import model_cost
+    from mhalab.cost import model_cost, precision_bytes
     from mhalab.data import build_datamodule
     from mhalab.module import AttentionLitModule
 
@@ -191,7 +191,13 @@ def train(tc, run_dir: Path, overrides: list[str], sweep_dir: Path | None = None
         token_bytes = dm.token_bytes.tolist() if dm.token_bytes is not None else None
         module = AttentionLitModule(arch.to_dict(), dataclasses.asdict(tc.optim), token_bytes,
                                     dataclasses.asdict(tc.endpoint))
-        cost = model_cost(arch, dm.max_len)
+        if tc.optimized_metric == "val/bpb" and not module.reports_bpb:
+            raise ConfigError(f"optimized_metric=val/bpb: task {dm.task} ({dm.objective}) reports no bits per byte; "
+                              "optimise val/loss, val/acc, val/acc_best or train/loss")
+        if tc.model.compile:
+            _check_compiler(tc)
+            module.compile_training(tc.model.compile_backend)
+        cost = model_cost(arch, dm.max_len, precision_bytes(tc.trainer.precision))
         base.task, base.architecture, base.cost, base.label_names = dm.task, arch.to_dict(), cost, dm.label_names
         base.baselines = dm.reference_levels()
         if launcher_rank() == 0:
@@ -304,6 +310,20 @@ def build_loggers_and_callbacks(tc, run_dir: Path, resuming: bool) -> tuple[list
             continue
         callbacks.append(instantiate(node, _convert_="object"))
     return loggers, callbacks
+
+
+def _check_compiler(tc) -> None:
+    """model.compile with inductor on the CPU generates C++: without a compiler, one sentence before training."""
+    import shutil
+
+    import torch
+
+    on_gpu = tc.trainer.accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available()
+    if tc.model.compile_backend == "inductor" and not on_gpu and not (
+            shutil.which(os.environ.get("CXX", "g++")) or shutil.which("clang++")):
+        raise ConfigError("model.compile=true with model.compile_backend=inductor needs a C++ compiler on the CPU "
+                          "(g++ or clang++, or $CXX) and none was found; install one, or set "
+                          "model.compile_backend=aot_eager or model.compile=false")
 
 
 def _trainer_kwargs(tc) -> dict[str, Any]:

@@ -65,7 +65,7 @@ def decode_group(specs: list[dict], device: torch.device, dtype: torch.dtype) ->
             arch = decode_arch(spec, total + 1)
             torch.manual_seed(spec["seed"])
             model = LanguageModel(arch).to(device, dtype).eval()
-            caches = model.encoder.new_caches(B, max_len=total)
+            caches = model.encoder.new_caches(B, max_len=total, dtype=dtype)  # allocated now: filled below
             a = arch.attention
             row = {"d_head": a.d_head, "cache_filled_by": "prefill" if spec["prefill"] else "random",
                    "cache_bytes_closed": kv_cache_bytes(a.n_kv_heads, a.d_head, elt, L, arch.model.n_layers, B),
