@@ -4,8 +4,10 @@ states a design or a result that did not run.
     python scripts/embed_reports.py          # rewrite the generated blocks
     python scripts/embed_reports.py --check  # exit 1 if any block differs (tests/test_readme_tables.py)
 
-An experiment README marks the block with `<!-- generated from results/report.md -->` ... `<!-- end generated -->`;
-it receives the report's design, tuning and comparison sections. README.md marks `<!-- experiments table -->` ...
+An experiment README marks each block with `<!-- generated from <file>.md -->` ... `<!-- end generated -->` (a path
+beside the README): from a `report.md` it receives the report's design, tuning, comparison and head sections, from
+any other generated file (`mhalab ablate`'s pruning.md, `mhalab convert`'s conversion.md) the whole file below its
+title. README.md marks `<!-- experiments table -->` ...
 `<!-- end experiments table -->`, filled by `mhalab report --table experiments/*/results/report.json`.
 """
 
@@ -20,7 +22,7 @@ from mhalab.report import experiments_table
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ("## Design (read from the runs)", "## Each arm at each tuned value (validation)",
             "## Comparisons with the baseline", "## Head statistics per arm")
-BLOCK = re.compile(r"(<!-- generated from results/report.md -->\n)(.*?)(<!-- end generated -->)", re.S)
+BLOCK = re.compile(r"(<!-- generated from (\S+\.md) -->\n)(.*?)(<!-- end generated -->)", re.S)
 TABLE = re.compile(r"(<!-- experiments table -->\n)(.*?)(<!-- end experiments table -->)", re.S)
 
 
@@ -31,13 +33,21 @@ def sections(report_md: str) -> str:
     return "".join("#" + p for p in keep).rstrip() + "\n"
 
 
+def generated(source: Path) -> str:
+    """What a block copies from its generated file."""
+    text = source.read_text()
+    if source.name == "report.md":
+        return sections(text)
+    body = re.sub(r"\A# .*\n+", "", text)  # the file's title: the README has its own
+    return re.sub(r"(?m)^(#+ )", r"#\1", body).rstrip() + "\n"
+
+
 def expected() -> dict[Path, str]:
     out = {}
     for readme in sorted(ROOT.glob("experiments/*/README.md")):
-        report = readme.parent / "results" / "report.md"
         text = readme.read_text()
-        if BLOCK.search(text) and report.is_file():
-            out[readme] = BLOCK.sub(lambda m: m.group(1) + sections(report.read_text()) + m.group(3), text)
+        if BLOCK.search(text):
+            out[readme] = BLOCK.sub(lambda m: m.group(1) + generated(readme.parent / m.group(2)) + m.group(4), text)
     files = sorted(ROOT.glob("experiments/*/results/report.json"))
     main = ROOT / "README.md"
     out[main] = TABLE.sub(lambda m: m.group(1) + experiments_table(files) + "\n" + m.group(3), main.read_text())
