@@ -393,3 +393,32 @@ def test_sdpa_kernels_names_the_fused_kernel():
     kernels = sdpa_kernels(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q).sum().backward())
     assert kernels == ["_scaled_dot_product_flash_attention_for_cpu",
                        "_scaled_dot_product_flash_attention_for_cpu_backward"]
+
+
+def test_startup_alternates_the_order_and_reports_the_median_ratio(tmp_path, monkeypatch):
+    """One warm-up run, then the baseline first in odd rounds and second in even ones; the report's ratio is the
+    median of the per-round ratios (the processes are stand-ins here; `pytest -m slow` runs the real ones)."""
+    from mhalab.bench import startup
+    from mhalab.bench.config import parse
+
+    order, walls = [], iter([9.0, 2.0, 3.0, 4.0, 2.0, 2.0, 2.2])  # warm-up, then in the order the commands run
+
+    def fake(cmd, env):
+        order.append("run" if "train" in cmd else "baseline")
+        wall = next(walls)
+        return wall, wall / 2
+
+    monkeypatch.setattr(startup, "timed", fake)
+    r = startup.run_startup(parse("startup", ["rounds=3", f"out_dir={tmp_path}"]))
+    assert order == ["run", "baseline", "run", "run", "baseline", "baseline", "run"]
+    assert [round(x["ratio"], 3) for x in r["rows"]] == [1.5, 2.0, 1.1] and r["ratio"] == pytest.approx(1.5)
+    assert "median run / baseline: 1.500 wall, 1.500 CPU" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_startup_measures_real_processes(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "mhalab", "bench", "startup", "rounds=1", f"out_dir={tmp_path}"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads((tmp_path / "results.json").read_text())
+    assert got["ratio"] > 0 and len(got["rows"]) == 1

@@ -34,6 +34,7 @@ from torch import Tensor
 
 from mhalab.checkpoint import build_data, load_module, load_run
 from mhalab.checks import check_int, check_number
+from mhalab.console import each_with_progress
 from mhalab.errors import ConfigError
 from mhalab.evaluation import eval_mode, evaluate, headline, importance, split_batches
 from mhalab.heads import head_label
@@ -339,7 +340,7 @@ def ablate(checkpoints: list[Path], out: Path | None = None, importance_split: s
     if batch_size is not None:
         check_int("--batch-size", batch_size, 1)
     results = [ablate_one(Path(c), importance_split, eval_split, max_batches, step, n_random, prune, seed, batch_size)
-               for c in checkpoints]
+               for c in each_with_progress("ablate", checkpoints)]
     shapes = {(r["task"], r["n_layers"], r["n_heads"]) for r in results}
     if len(shapes) > 1:
         raise ConfigError(f"the checkpoints are of different tasks or shapes {sorted(shapes)}: give seeds of one "

@@ -4,6 +4,7 @@ the final line (stdout and train.log, through the `mhalab` logger)."""
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -19,7 +20,8 @@ log = logging.getLogger("mhalab")
 # one-task job, where mhalab needs no srun)
 _NOISE = (r".*isinstance\(treespec, LeafSpec\)` is deprecated.*", r".*does not have many workers.*",
           r".*The number of training batches .* is smaller than the logging interval.*",
-          r".*Checkpoint directory .* exists and is not empty.*", r".*The `srun` command is available on your system.*")
+          r".*Checkpoint directory .* exists and is not empty.*", r".*The `srun` command is available on your system.*",
+          r".*You defined a `validation_step` but have no `val_dataloader`.*")
 
 
 def quiet_lightning() -> None:
@@ -30,6 +32,18 @@ def quiet_lightning() -> None:
         warnings.filterwarnings("ignore", message=pattern)
     for name in ("lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def each_with_progress(command: str, items: list, what: str = "checkpoint"):
+    """Yield the items, saying on stderr which one starts and how long the command has run (a long analysis
+    command is never silent)."""
+    import time
+
+    t0, n = time.perf_counter(), len(items)
+    for i, item in enumerate(items, 1):
+        print(f"{command}: {what} {i}/{n} ({time.perf_counter() - t0:.0f} s so far): {item}", file=sys.stderr,
+              flush=True)
+        yield item
 
 
 def usage(argv: list[str]) -> str:

@@ -36,7 +36,7 @@ import torch
 
 from mhalab.checkpoint import build_data, load_module, load_run
 from mhalab.checks import check_int, check_number
-from mhalab.console import quiet_lightning
+from mhalab.console import each_with_progress, quiet_lightning
 from mhalab.errors import ConfigError
 from mhalab.evaluation import evaluate, headline, split_batches
 from mhalab.heads import resolve_heads
@@ -262,7 +262,7 @@ def convert(checkpoints: list[Path], n_kv_heads: int, inits: list[str] | None = 
         check_number("--lr", lr, 0, 10, low_open=True)
     out = Path(out) if out else load_run(checkpoints[0])[0] / f"convert_gqa{n_kv_heads}"
     out.mkdir(parents=True, exist_ok=True)
-    rows = [r for c in checkpoints for r in convert_one(Path(c), n_kv_heads, inits, uptrain_fraction, scratch,
+    rows = [r for c in each_with_progress("convert", checkpoints) for r in convert_one(Path(c), n_kv_heads, inits, uptrain_fraction, scratch,
                                                          mha_control, split, max_batches, seed, lr, out)]
     key = headline(rows[0])
     table, comparisons = summarise(rows, key, margin)
