@@ -62,7 +62,7 @@ def test_a_bad_override_is_one_sentence_naming_the_key_and_exit_2(sub, override,
 
 
 def test_cli_usage_cfg_and_unknown_subcommand(capsys):
-    assert bench.main(["--help"]) == 0 and "complexity,train,gpu" in capsys.readouterr().out
+    assert bench.main(["--help"]) == 0 and "complexity,train,startup,gpu" in capsys.readouterr().out
     assert bench.main(["train", "--cfg"]) == 0 and "every_n_steps: 50" in capsys.readouterr().out
     assert bench.main(["nope"]) == 2 and "unknown subcommand" in capsys.readouterr().err
     from mhalab.cli import main as cli_main
