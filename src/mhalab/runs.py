@@ -362,15 +362,21 @@ NOT_DEFINING = ("hydra", "resume", "paths", "fault", "logger", "allowed_targets"
 ADDED_KEYS = {"model.compile": False, "model.compile_backend": "inductor", "optim.fused": None}
 
 
+def _parent(tree: dict, key: str) -> tuple[dict | None, str]:
+    """The dict that holds dotted `key` in a nested dict (None where a parent is missing), and the key's last part."""
+    *parents, last = key.split(".")
+    node = tree
+    for p in parents:
+        node = node.get(p) if isinstance(node, dict) else None
+    return (node if isinstance(node, dict) else None), last
+
+
 def defining(plain: dict) -> dict:
     """The resolved config without NOT_DEFINING: two runs with the same compute the same."""
     out = json.loads(json.dumps(plain, default=str))
     for key in NOT_DEFINING:
-        *parents, last = key.split(".")
-        node = out
-        for p in parents:
-            node = node.get(p) if isinstance(node, dict) else None
-        if isinstance(node, dict):
+        node, last = _parent(out, key)
+        if node is not None:
             node.pop(last, None)
     return out
 
@@ -392,11 +398,8 @@ def run_defining(run_dir: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     for key, value in ADDED_KEYS.items():
-        *parents, last = key.split(".")
-        node = recorded
-        for p in parents:
-            node = node.get(p) if isinstance(node, dict) else None
-        if isinstance(node, dict):
+        node, last = _parent(recorded, key)
+        if node is not None:
             node.setdefault(last, value)
     return recorded
 
