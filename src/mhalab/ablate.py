@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import Tensor
 
-from mhalab.checkpoint import build_data, load_module, load_run
+from mhalab.checkpoint import build_data, load_module, load_run, require_files
 from mhalab.checks import check_int, check_number
 from mhalab.console import each_with_progress
 from mhalab.errors import ConfigError
@@ -339,6 +339,7 @@ def ablate(checkpoints: list[Path], out: Path | None = None, importance_split: s
         check_int("--batches", max_batches, 1)
     if batch_size is not None:
         check_int("--batch-size", batch_size, 1)
+    require_files(checkpoints)
     results = [ablate_one(Path(c), importance_split, eval_split, max_batches, step, n_random, prune, seed, batch_size)
                for c in each_with_progress("ablate", checkpoints)]
     shapes = {(r["task"], r["n_layers"], r["n_heads"]) for r in results}

@@ -55,11 +55,18 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         return super().load_checkpoint(path, map_location=map_location, weights_only=True)
 
 
+def require_files(paths) -> None:
+    """ConfigError naming the first checkpoint path that is not a file (analysis commands check all before work)."""
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise ConfigError(f"checkpoint {path} does not exist (give the path of a .ckpt file written by "
+                              "mhalab.train)")
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """The checkpoint dict, loaded with weights_only=True, its hyperparameters checked."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"checkpoint {path} does not exist (give the path of a .ckpt file written by mhalab.train)")
+    require_files([path])
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as e:

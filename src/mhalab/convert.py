@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from mhalab.checkpoint import build_data, load_module, load_run
+from mhalab.checkpoint import build_data, load_module, load_run, require_files
 from mhalab.checks import check_int, check_number
 from mhalab.console import each_with_progress, quiet_lightning
 from mhalab.errors import ConfigError
@@ -260,6 +260,7 @@ def convert(checkpoints: list[Path], n_kv_heads: int, inits: list[str] | None = 
         check_int("--batches", max_batches, 1)
     if lr is not None:
         check_number("--lr", lr, 0, 10, low_open=True)
+    require_files(checkpoints)
     out = Path(out) if out else load_run(checkpoints[0])[0] / f"convert_gqa{n_kv_heads}"
     out.mkdir(parents=True, exist_ok=True)
     rows = [r for c in each_with_progress("convert", checkpoints) for r in convert_one(Path(c), n_kv_heads, inits, uptrain_fraction, scratch,
