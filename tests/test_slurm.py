@@ -64,11 +64,17 @@ def job_field(cluster, job: str, key: str) -> str | None:
 
 
 def start_requeued(cluster, job: str) -> None:
-    """Wait until the requeued job is pending on its BeginTime and its first start has left the node (what the
-    BeginTime delay of about two minutes gives a real cluster), then let it start now."""
+    """Wait until the requeued job is pending on its BeginTime and its first start's batch step is done on the node,
+    then let it start now. SLURM's BeginTime (about two minutes) is what gives a real cluster that time: a start
+    released sooner is refused by slurmd ("Job credential revoked": it revokes the first start's credential with
+    one-second resolution) and the job ends FAILED, as CI saw."""
     wait_for(lambda: job_field(cluster, job, "Restarts") == "1" and job_field(cluster, job, "JobState") == "PENDING",
              120, f"job {job} to be requeued")
-    wait_for(lambda: cluster.node_state() in ("idle", "mix"), 120, "the first start to leave the node")
+    raw = job_field(cluster, job, "JobId")
+    log = cluster.root / "slurmd.log"
+    wait_for(lambda: f"[{raw}.batch] done with job" in log.read_text(errors="replace"), 120,
+             f"the first start of job {job} to end on the node")
+    time.sleep(2)  # past the second in which slurmd revoked the first start's credential
     scontrol(cluster, "update", f"jobid={job}", "StartTime=now")
 
 
