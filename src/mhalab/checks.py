@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Iterator
 
 from mhalab.errors import ConfigError
 
@@ -68,3 +68,14 @@ def _interval(low, high, low_open, high_open) -> str:
 def _name(key: str) -> str:
     """The last part of a dotted key: `attention.n_heads` -> `n_heads`."""
     return key.rsplit(".", 1)[-1]
+
+
+def walk(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted path, value) of every node of plain config data, dicts and lists included, parents first."""
+    yield path, node
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from walk(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from walk(value, f"{path}[{i}]")

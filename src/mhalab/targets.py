@@ -27,6 +27,7 @@ from typing import Any, Iterator
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from mhalab.checks import walk
 from mhalab.errors import ConfigError
 
 GRANT_ENV = "MHALAB_ALLOW"
@@ -162,31 +163,19 @@ def check_config(cfg: DictConfig) -> None:
 def check_resolved(plain: Any, path: str = "") -> None:
     """Every `_target_` of the config resolved as the job will see it (plain data) is allowed, wherever it came
     from."""
-    if isinstance(plain, dict):
-        for key, value in plain.items():
-            child = f"{path}.{key}" if path else str(key)
-            if key == "_target_":
-                check_target(value, child)
-            else:
-                check_resolved(value, child)
-    elif isinstance(plain, list):
-        for i, value in enumerate(plain):
-            check_resolved(value, f"{path}[{i}]")
+    for key, value in walk(plain, path):
+        if key == "_target_" or key.endswith("._target_"):
+            check_target(value, key)
 
 
 def check_launcher_text(launcher: Any, path: str = "hydra.launcher") -> None:
     """The launcher's settings, resolved: no line breaks or other control characters in any of them, since a
     SLURM launcher writes each as a `#SBATCH --key='value'` line of a shell script (a quoted line break ends the
     comment and the next line runs as a command)."""
-    if isinstance(launcher, dict):
-        for key, value in launcher.items():
-            check_launcher_text(value, f"{path}.{key}")
-    elif isinstance(launcher, list):
-        for i, value in enumerate(launcher):
-            check_launcher_text(value, f"{path}[{i}]")
-    elif isinstance(launcher, str) and any(ord(c) < 32 or ord(c) == 127 for c in launcher):
-        raise ConfigError(f"{path}={launcher!r}: a line break or control character in a launcher setting is "
-                          "refused (it would become a line of the job's batch script)")
+    for key, value in walk(launcher, path):
+        if isinstance(value, str) and any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise ConfigError(f"{key}={value!r}: a line break or control character in a launcher setting is "
+                              "refused (it would become a line of the job's batch script)")
 
 
 def check_interpolation(text: str, key: str) -> None:

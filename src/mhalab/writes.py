@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
+from mhalab.checks import walk
 from mhalab.errors import ConfigError
 
 PATH_KEYS = ("save_dir", "dir", "dirpath", "root_dir", "log_dir", "filename", "submitit_folder", "temp_folder",
@@ -52,7 +53,7 @@ def check_writes(plain: dict, run_dir: str | Path) -> None:
             if section in LOGGING_SECTIONS and name == "filename" and not str(value).endswith(LOG_SUFFIX):
                 raise ConfigError(f"{key}={value!r}: a log file's name must end in {LOG_SUFFIX} (a config chooses "
                                   "what its lines say, so under another name it could be a script)")
-        for key, node in _dicts(node, section):
+        for key, node in ((k, v) for k, v in walk(node, section) if isinstance(v, dict)):
             if node.get("save_dir") is None or not any(node.get(k) not in (None, "") for k in SUBDIR_KEYS):
                 continue
             parts = [str(node[k]) for k in SUBDIR_KEYS if node.get(k) not in (None, "")]
@@ -88,16 +89,6 @@ def _leaves(node: Any, path: str) -> Iterator[tuple[str, Any]]:
     elif isinstance(node, list):
         for i, v in enumerate(node):
             yield from _leaves(v, f"{path}[{i}]") if isinstance(v, (dict, list)) else []
-
-
-def _dicts(node: Any, path: str) -> Iterator[tuple[str, dict]]:
-    if isinstance(node, dict):
-        yield path, node
-        for k, v in node.items():
-            yield from _dicts(v, f"{path}.{k}")
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield from _dicts(v, f"{path}[{i}]")
 
 
 def _real(path: Path, base: Path) -> Path:
