@@ -395,24 +395,31 @@ def test_sdpa_kernels_names_the_fused_kernel():
                        "_scaled_dot_product_flash_attention_for_cpu_backward"]
 
 
-def test_startup_alternates_the_order_and_reports_the_median_ratio(tmp_path, monkeypatch):
-    """One warm-up run, then the baseline first in odd rounds and second in even ones; the report's ratio is the
-    median of the per-round ratios (the processes are stand-ins here; `pytest -m slow` runs the real ones)."""
+def test_startup_rotates_the_order_and_reports_the_median_ratio(tmp_path, monkeypatch):
+    """One warm-up run, then rounds in which baseline, run and frozen baseline each take every position in turn;
+    the report's ratios are the medians of the per-round ratios (the processes are stand-ins here; `pytest -m slow`
+    runs the real ones)."""
     from mhalab.bench import startup
     from mhalab.bench.config import parse
 
-    order, walls = [], iter([9.0, 2.0, 3.0, 4.0, 2.0, 2.0, 2.2])  # warm-up, then in the order the commands run
+    order = []
+    walls = iter([9.0, 2.0, 3.0, 2.5, 6.0, 2.4, 4.0, 2.2, 2.0, 2.2])  # warm-up, then in the order the commands run
 
     def fake(cmd, env):
-        order.append("run" if "train" in cmd else "baseline")
+        order.append("run" if "train" in cmd else "frozen" if "gc.freeze()" in cmd[-1] else "baseline")
         wall = next(walls)
         return wall, wall / 2
 
     monkeypatch.setattr(startup, "timed", fake)
     r = startup.run_startup(parse("startup", ["rounds=3", f"out_dir={tmp_path}"]))
-    assert order == ["run", "baseline", "run", "run", "baseline", "baseline", "run"]
-    assert [round(x["ratio"], 3) for x in r["rows"]] == [1.5, 2.0, 1.1] and r["ratio"] == pytest.approx(1.5)
-    assert "median run / baseline: 1.500 wall, 1.500 CPU" in (tmp_path / "report.md").read_text()
+    assert order == ["run", "baseline", "run", "frozen", "run", "frozen", "baseline", "frozen", "baseline", "run"]
+    # round 1: baseline 2.0, run 3.0, frozen 2.5; round 2: run 6.0, frozen 2.4, baseline 4.0;
+    # round 3: frozen 2.2, baseline 2.0, run 2.2
+    assert [round(x["ratio"], 3) for x in r["rows"]] == [1.5, 1.5, 1.1] and r["ratio"] == pytest.approx(1.5)
+    assert [round(x["frozen_ratio"], 3) for x in r["rows"]] == [1.2, 2.5, 1.0]
+    assert r["frozen_ratio"] == pytest.approx(1.2)
+    text = (tmp_path / "report.md").read_text()
+    assert "median run / baseline: 1.500 wall, 1.500 CPU" in text and "**1.200** wall" in text
 
 
 @pytest.mark.slow

@@ -62,6 +62,9 @@ def test_cli_redraws_a_run_into_a_new_folder_and_keeps_the_training_pictures(tin
     names = sorted(p.name for p in (tmp_path / "figs").iterdir())
     assert "attention_maps.png" in names and "stat_importance.png" in names and "stat_entropy.png" in names
     assert all(is_png(tmp_path / "figs" / n) for n in names)
+    err = capsys.readouterr().err  # a line as each picture starts: a slow redraw is never silent
+    assert f"plots: picture 1/{len(names)} (0 s so far): heatmap of " in err
+    assert f"plots: picture {len(names)}/{len(names)}" in err and err.rstrip().endswith("attention maps")
     with pytest.raises(SystemExit) as e:
         main([str(run), "--out", str(run / "plots")])
     assert e.value.code == 2 and "where training drew its pictures" in capsys.readouterr().err

@@ -216,7 +216,8 @@ class ProgressLog(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
-        if not trainer.is_global_zero or step % self.every_n_steps or step == self._step0:
+        first = step == self._step0 + 1  # the first step's line says at once that training runs
+        if not trainer.is_global_zero or (step % self.every_n_steps and not first) or step == self._step0:
             return
         elapsed = time.perf_counter() - self._t0
         rate = (pl_module.tokens_seen - self._tokens0) / max(elapsed, 1e-9)

@@ -123,6 +123,17 @@ class Composer:
         with self._cached_defaults(), _hydra_errors():
             return self.hydra.get_mode(self.config_name, overrides) == RunMode.MULTIRUN
 
+    def launch_run(self, task_function: Callable, overrides: list[str], mode) -> None:
+        """Run one job as `hydra.main` runs it (Hydra's own `_run_app`: composing with logging set up, the run
+        directory, `.hydra/`, the job), on this composer's Hydra: its composition reuses the preflight's defaults
+        list and merge, and `mode` is the `hydra.mode` the preflight composed (Hydra's `get_mode` would compose
+        it again)."""
+        from hydra._internal.utils import _run_app
+
+        with self._cached_defaults():
+            _run_app(run=True, multirun=False, mode=mode, hydra=self.hydra, config_name=self.config_name,
+                     task_function=task_function, overrides=list(overrides))
+
     def run_config(self, overrides: list[str]) -> DictConfig:
         """The config of a single run, as `hydra.run` composes it."""
         from hydra.types import RunMode

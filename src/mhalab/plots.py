@@ -172,9 +172,16 @@ def run_cli(args) -> int:
     summary = read_summary(args.run_dir)
     if not summary.head_stats:
         raise ConfigError(f"cannot redraw plots: {args.run_dir}/summary.json has no head statistics")
-    paths = plot_stat_heatmaps(summary_matrices(summary), out)
-    if not args.no_maps:
-        paths.append(attention_maps_from_checkpoint(args.run_dir, out, args.checkpoint, args.max_tokens))
+    from mhalab.console import each_with_progress
+
+    matrices = summary_matrices(summary)
+    pictures = [f"heatmap of {name}" for name in matrices] + ([] if args.no_maps else ["attention maps"])
+    paths = []
+    for picture in each_with_progress("plots", pictures, "picture"):  # a line on stderr as each one starts
+        if picture == "attention maps":
+            paths.append(attention_maps_from_checkpoint(args.run_dir, out, args.checkpoint, args.max_tokens))
+        else:
+            paths += plot_stat_heatmaps(matrices, out, stats=[picture.removeprefix("heatmap of ")])
     for path in paths:
         print(path)
     return 0

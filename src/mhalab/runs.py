@@ -16,6 +16,7 @@ import fcntl
 import json
 import os
 import secrets
+import sys
 import time
 import tempfile
 from dataclasses import dataclass
@@ -239,13 +240,22 @@ class Plan:
     resume_dir: Path | None = None
     show_only: bool = False  # Hydra prints something (--cfg, --info, --hydra-help) and runs no job
     sweep_dir: Path | None = None  # a sweep that stops as a whole (`mhalab.stopping.stops_as_a_whole`)
+    composer: Any = None  # a single run's open `mhalab.compose.Composer` (`keep_composer`): `launch_run` runs it
+    mode: Any = None  # the single run's `hydra.mode` as composed (None unless a config sets it)
+
+    def close(self) -> None:
+        if self.composer is not None:
+            self.composer.close()
+            self.composer = None
 
 
-def preflight(argv: list[str], task_function=None) -> Plan:
+def preflight(argv: list[str], task_function=None, keep_composer: bool = False) -> Plan:
     """Check everything a command would run before Hydra starts, on the configs Hydra will compose.
 
     `--allow PKG` is taken out of argv and granted (`mhalab.targets.grant`); `task_function`: the function
-    `hydra.main` will run (a relative -cp is found beside its module), `mhalab.train.run` when None."""
+    `hydra.main` will run (a relative -cp is found beside its module), `mhalab.train.run` when None.
+    `keep_composer`: a single run's plan keeps its composer open, so the run composes on what the preflight
+    composed (`Plan.composer`, closed by `Plan.close`)."""
     from mhalab.compose import Composer, parse_args, shows_only
     from mhalab.targets import grant, split_allow
 
@@ -255,7 +265,9 @@ def preflight(argv: list[str], task_function=None) -> Plan:
     register()
     register_resolvers()
     overrides = list(args.overrides)
-    with Composer(args, task_function) as composer:
+    composer = Composer(args, task_function)
+    plan = None
+    try:
         if shows_only(args):  # nothing runs, but what is composed must be safe to compose and print
             cfg = composer.run_config(overrides)
             from mhalab.targets import check_config, check_no_grant_in_config
@@ -263,22 +275,40 @@ def preflight(argv: list[str], task_function=None) -> Plan:
             check_no_grant_in_config(cfg, composer.files_setting("allowed_targets"))
             check_config(cfg)
             return Plan(argv, False, [], show_only=True)
-        if args.multirun or composer.multirun(overrides):
+        cfg = None if args.multirun else _single_run_config(composer, overrides)
+        if cfg is None:
             return _preflight_multirun(composer, argv, overrides)
-        cfg = composer.run_config(overrides)
         run_dir = OmegaConf.select(cfg, "hydra.run.dir")
         tc = check_job(cfg, run_dir, _files(composer, cfg))
         check_unlocked(Path(run_dir))  # Hydra writes its bookkeeping there before any job code runs
-    log_dir = Path(tc.paths.log_dir)
-    check_writable(log_dir, "paths.log_dir")
-    plan = Plan(list(argv), False, [(overrides, tc)])
-    if tc.resume:
-        if any(o.startswith("hydra.run.dir=") for o in overrides):
-            raise ConfigError("resume with hydra.run.dir: give the run directory as resume=<run_dir> instead")
-        plan.resume_dir = resume_target(tc, log_dir / tc.task_name / "runs")
-        if plan.resume_dir is not None:
-            plan.argv = plan.argv + [f"hydra.run.dir={plan.resume_dir}"]
-    return plan
+        log_dir = Path(tc.paths.log_dir)
+        check_writable(log_dir, "paths.log_dir")
+        plan = Plan(list(argv), False, [(overrides, tc)], mode=OmegaConf.select(cfg, "hydra.mode"))
+        if tc.resume:
+            if any(o.startswith("hydra.run.dir=") for o in overrides):
+                raise ConfigError("resume with hydra.run.dir: give the run directory as resume=<run_dir> instead")
+            plan.resume_dir = resume_target(tc, log_dir / tc.task_name / "runs")
+            if plan.resume_dir is not None:
+                plan.argv = plan.argv + [f"hydra.run.dir={plan.resume_dir}"]
+        if keep_composer:
+            plan.composer = composer
+        return plan
+    finally:
+        if plan is None or plan.composer is None:
+            composer.close()
+
+
+def _single_run_config(composer, overrides: list[str]) -> DictConfig | None:
+    """The config of a run without -m, composed once; None when a config makes it a multirun (`hydra.mode`)."""
+    from hydra.types import RunMode
+
+    try:
+        cfg = composer.run_config(overrides)
+    except ConfigError:  # e.g. a sweep value, legal only when a config sets hydra.mode=MULTIRUN
+        if composer.multirun(overrides):
+            return None
+        raise
+    return None if OmegaConf.select(cfg, "hydra.mode") == RunMode.MULTIRUN else cfg
 
 
 def check_sweep_direction(master: DictConfig, metric: str) -> None:
@@ -324,7 +354,13 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
     jobs = [list(job) for batch in BasicSweeper.split_arguments(parser.parse_overrides(params + task), None)
             for job in batch]
     checked = []
+    t0, said = time.perf_counter(), None
     for i, job in enumerate(jobs):
+        now = time.perf_counter()
+        if now - (said or t0) > (5 if said else 2):  # a long check is never silent (a short one: no line)
+            said = now
+            print(f"mhalab: checking the sweep's jobs before anything is written: {i}/{len(jobs)} "
+                  f"({now - t0:.0f} s)", file=sys.stderr, flush=True)
         try:
             cfg = composer.job_config(master, job, i)
             job_dir = os.path.join(sweep_dir, str(OmegaConf.select(cfg, "hydra.sweep.subdir")))

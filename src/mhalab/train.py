@@ -28,6 +28,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from mhalab import slurm, stopping
+from mhalab.compose import parse_args
 from mhalab.console import header, quiet_lightning, result_line, usage, warn_if_repeating
 from mhalab.errors import ConfigError
 from mhalab.runs import (LAST, Finished, RunLock, launcher_rank, new_command, preflight, register_resolvers,
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
         print(usage(argv))
         return
     try:
-        plan = preflight(argv, run)
+        plan = preflight(argv, run, keep_composer=True)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -60,11 +61,15 @@ def main(argv: list[str] | None = None) -> None:
         stopping.SIGNALS.start_command(plan.sweep_dir)
     sys.argv = [sys.argv[0]] + plan.argv
     try:
-        hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")(run)()
+        if plan.composer is not None:  # one run: composed on what the preflight composed
+            plan.composer.launch_run(run, parse_args(plan.argv).overrides, plan.mode)
+        else:
+            hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")(run)()
     except KeyboardInterrupt:  # a worker that had not begun its job yet (joblib hands its KeyboardInterrupt on)
         if plan.sweep_dir is None or stopping.stopped(plan.sweep_dir) is None:
             raise
     finally:
+        plan.close()
         if handled:
             stopping.SIGNALS.uninstall()
     signum = stopping.stopped(plan.sweep_dir) if plan.sweep_dir is not None else None
@@ -160,6 +165,8 @@ class _Stop(Exception):
 def train(tc, run_dir: Path, overrides: list[str], sweep_dir: Path | None = None) -> RunSummary:
     """Everything after validation; returns the summary, also written to run_dir/summary.json. `sweep_dir`: the
     sweep this job stops with (`mhalab.stopping`)."""
+    if launcher_rank() == 0:  # seconds pass before the header: say so at once
+        log.info("mhalab: config checked; loading torch and Lightning, then the data")
     import lightning as L
     import torch
 

@@ -142,6 +142,8 @@ def ensure(
             return folder
         if reason != ABSENT:
             log.warning("data cache %s is damaged (%s); rebuilding it", folder, reason)
+        else:
+            log.info("preparing the data into %s (once: later runs reuse it)", folder)
         work = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
         out = work / "out"
         try:
