@@ -411,6 +411,7 @@ def test_startup_rotates_the_order_and_reports_the_median_ratio(tmp_path, monkey
         return wall, wall / 2
 
     monkeypatch.setattr(startup, "timed", fake)
+    monkeypatch.setattr(startup, "time_sweep_preflight", lambda cfg, env: 4.5)
     r = startup.run_startup(parse("startup", ["rounds=3", f"out_dir={tmp_path}"]))
     assert order == ["run", "baseline", "run", "frozen", "run", "frozen", "baseline", "frozen", "baseline", "run"]
     # round 1: baseline 2.0, run 3.0, frozen 2.5; round 2: run 6.0, frozen 2.4, baseline 4.0;
@@ -420,6 +421,7 @@ def test_startup_rotates_the_order_and_reports_the_median_ratio(tmp_path, monkey
     assert r["frozen_ratio"] == pytest.approx(1.2)
     text = (tmp_path / "report.md").read_text()
     assert "median run / baseline: 1.500 wall, 1.500 CPU" in text and "**1.200** wall" in text
+    assert "preflight of a 100-job sweep" in text and "**4.5 s**" in text and r["sweep_preflight"]["jobs"] == 100
 
 
 @pytest.mark.slow

@@ -263,11 +263,13 @@ class StartupConfig(MachineConfig):
     rounds: int = 5
     run_overrides: List[str] = field(default_factory=lambda: list(TINY_RUN))
     goal: float = 1.25  # the ratio the run should stay within
+    sweep_jobs: int = 100  # the preflight of a sweep of this many jobs (the run's overrides, seeds 0..n-1) is timed
 
     def __post_init__(self):
         super().__post_init__()
         check_int("rounds", self.rounds, 1)
         check_number("goal", self.goal, 1)
+        check_int("sweep_jobs", self.sweep_jobs, 1, 10_000)
 
 
 # -- gpu -------------------------------------------------------------------------------------------------------

@@ -66,6 +66,7 @@ def run_startup(cfg) -> dict:
                          "run_cpu_s": rc, "cpu_ratio": rc / bc, "frozen_s": fw, "frozen_ratio": rw / fw})
             print(f"round {i + 1}/{cfg.rounds}: run / baseline {rw / bw:.3f} (wall), {rc / bc:.3f} (CPU); "
                   f"run / frozen baseline {rw / fw:.3f}", flush=True)
+        sweep_s = time_sweep_preflight(cfg, env)
     ratio = statistics.median(r["ratio"] for r in rows)
     cpu_ratio = statistics.median(r["cpu_ratio"] for r in rows)
     frozen_ratio = statistics.median(r["frozen_ratio"] for r in rows)
@@ -73,15 +74,31 @@ def run_startup(cfg) -> dict:
     result = {"machine": info, "config": {"rounds": cfg.rounds, "run_overrides": cfg.run_overrides,
                                           "goal": cfg.goal, "threads": cfg.threads},
               "rows": rows, "ratio": ratio, "cpu_ratio": cpu_ratio, "frozen_ratio": frozen_ratio,
+              "sweep_preflight": {"jobs": cfg.sweep_jobs, "seconds": sweep_s},
               "within_goal": ratio <= cfg.goal}
     verdict = "within" if ratio <= cfg.goal else "OVER"
     report = (f"# mhalab bench startup: a tiny 1-step run against `{BASELINE}`\n\n"
               f"machine: {info['cpu']}, {info['cpu_count']} CPUs, torch {info['torch']}; load average "
               f"{info.get('loadavg_start')} at start, {info['loadavg_end']} at end\n\n"
-              f"run: `mhalab train {' '.join(cfg.run_overrides)}`; {cfg.rounds} alternating rounds after one warm-up "
+              f"run: `mhalab train {' '.join(cfg.run_overrides)}`; {cfg.rounds} rounds rotating the order after one warm-up "
               f"run, each a fresh process\n\n{md_table(rows, COLUMNS)}\n\n"
               f"**median run / baseline: {ratio:.3f} wall, {cpu_ratio:.3f} CPU** ({verdict} the goal of "
-              f"{cfg.goal:g}); against `{FROZEN}` (the same quick exit as mhalab's): **{frozen_ratio:.3f}** wall\n")
+              f"{cfg.goal:g}); against `{FROZEN}` (the same quick exit as mhalab's): **{frozen_ratio:.3f}** wall\n\n"
+              f"the preflight of a {cfg.sweep_jobs}-job sweep (`mhalab train -m <run> seed=range({cfg.sweep_jobs})`: "
+              f"the master config, each job composed and checked, nothing written): **{sweep_s:.1f} s**, in a "
+              f"process of its own from start to the end of the check\n")
     write(out, result, report, [("startup", rows)])
     print(report)
     return result
+
+
+def time_sweep_preflight(cfg, env: dict) -> float:
+    """Seconds from just before a fresh process imports mhalab to the end of a `cfg.sweep_jobs`-job sweep's
+    preflight (`mhalab.runs.preflight`, which writes nothing)."""
+    check = ("import sys, time; t = time.perf_counter(); from mhalab.runs import preflight; "
+             "preflight(sys.argv[1:]); print(time.perf_counter() - t)")
+    argv = ["-m", *cfg.run_overrides, f"seed=range({cfg.sweep_jobs})"]
+    r = subprocess.run([sys.executable, "-c", check, *argv], env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"the sweep's preflight failed (exit {r.returncode}): {r.stderr[-2000:]}")
+    return float(r.stdout.split()[-1])
