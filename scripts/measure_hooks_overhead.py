@@ -19,7 +19,7 @@ import torch
 from mhalab.bench.config import ThroughputConfig
 from mhalab.bench.throughput import synthetic_batch
 from mhalab.bench.timing import interleaved
-from mhalab.evaluation import mean_cross_entropy
+from mhalab.training.evaluation import mean_cross_entropy
 from mhalab.model import build_model
 
 OLD = "a08120a"

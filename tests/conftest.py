@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mhalab.schema import Architecture, AttentionConfig, ModelConfig
+from mhalab.config.schema import Architecture, AttentionConfig, ModelConfig
 
 REPO = Path(__file__).resolve().parents[1]
 # Tiny model and data so one run takes seconds on 2 CPU cores.
@@ -26,7 +26,7 @@ TINY = [
 
 @pytest.fixture(autouse=True)
 def no_grants(monkeypatch):
-    """Each test starts with no package granted (`mhalab.targets.grant` sets MHALAB_ALLOW for the process)."""
+    """Each test starts with no package granted (`mhalab.config.targets.grant` sets MHALAB_ALLOW for the process)."""
     monkeypatch.delenv("MHALAB_ALLOW", raising=False)
 
 
@@ -59,7 +59,7 @@ class Result:
 def train(tmp_path, data_cache, capfd):
     """train(*overrides, multirun=False, tiny=True, root=tmp_path, flags=()) -> Result: `mhalab train` in this
     process, with its run directories under root/logs (paths.root_dir) and the session's data cache."""
-    from mhalab.train import main
+    from mhalab.training.train import main
 
     def run(*overrides, multirun=False, tiny=True, root=None, flags=()):
         argv = (["-m"] if multirun else []) + list(flags) + (TINY if tiny else []) + [
@@ -79,10 +79,10 @@ def train(tmp_path, data_cache, capfd):
 @pytest.fixture
 def run_train(tmp_path, data_cache):
     """run_train(*overrides, env=None, multirun=False, tiny=True, command=None) -> CompletedProcess, in tmp_path;
-    `command` replaces `python -m mhalab.train` (e.g. the installed `mhalab train`)."""
+    `command` replaces `python -m mhalab.training.train` (e.g. the installed `mhalab train`)."""
 
     def run(*overrides, env=None, multirun=False, tiny=True, timeout=300, command=None):
-        args = (command or [sys.executable, "-m", "mhalab.train"]) + (["-m"] if multirun else [])
+        args = (command or [sys.executable, "-m", "mhalab.training.train"]) + (["-m"] if multirun else [])
         args += (TINY if tiny else []) + [f"data.cache_dir={data_cache}"] + list(overrides)
         full_env = {**os.environ, "MHALAB_ROOT": str(tmp_path), "WANDB_SILENT": "true", **(env or {})}
         full_env.pop("MHALAB_RUN_ID", None)
@@ -117,7 +117,7 @@ def summaries(root: Path) -> list[dict]:
 def tiny_runs(tmp_path_factory, data_cache) -> list[Path]:
     """Two seeds of a tiny 2-layer, 4-head masked LM, trained once per session (ablate, convert and plots read
     them): their run directories."""
-    from mhalab.train import main
+    from mhalab.training.train import main
 
     root = tmp_path_factory.mktemp("tiny_runs")
     try:

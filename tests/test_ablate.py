@@ -1,4 +1,4 @@
-"""mhalab.ablate: single-head zero/mean ablation, importance ranking and the iterative pruning curve."""
+"""mhalab.analysis.ablate: single-head zero/mean ablation, importance ranking and the iterative pruning curve."""
 
 import csv
 import json
@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from mhalab.ablate import MeanAblation, layer_summary, main, pruning_curve, random_orders, single_head_ablation
-from mhalab.checkpoint import build_data, load_module, load_run
-from mhalab.evaluation import evaluate, split_batches
+from mhalab.analysis.ablate import MeanAblation, layer_summary, main, pruning_curve, random_orders, single_head_ablation
+from mhalab.training.checkpoint import build_data, load_module, load_run
+from mhalab.training.evaluation import evaluate, split_batches
 from mhalab.hooks import run_with_cache
 
 

@@ -18,7 +18,7 @@ from mhalab.bench.timing import interleaved, sdpa_kernels
 from mhalab.cost import (attention_peak_bytes, decode_step_bytes, encoder_flops, kv_cache_bytes, measured_flops,
                          train_flops)
 from mhalab.model import LanguageModel, build_model
-from mhalab.schema import Architecture, AttentionConfig, ModelConfig
+from mhalab.config.schema import Architecture, AttentionConfig, ModelConfig
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPES = [  # d_model, n_heads, d_head, n_kv_heads, n, batch
@@ -229,7 +229,7 @@ TINY_TRAIN = ["threads=1", "n_heads=[2]", "d_model=16", "n_layers=1", "d_ff=32",
 
 
 def test_train_command_measures_the_callbacks_own_pass(tmp_path, monkeypatch):
-    from mhalab.callbacks import HeadStatsCallback
+    from mhalab.training.callbacks import HeadStatsCallback
 
     measured = []
     real = HeadStatsCallback.measure
@@ -308,7 +308,7 @@ def test_gpu_dry_run_writes_the_folder_and_a_report_without_gpu_figures(tmp_path
         "tests": "ok", "train": "ok", "throughput": "ok", "complexity": "ok", "decode": "ok"}
     pytest_cmd, *train_cmds = commands
     assert pytest_cmd[1:5] == ["-m", "pytest", "-m", "gpu"] and pytest_cmd[5].endswith("tests/test_gpu.py")
-    assert [c[1:3] for c in train_cmds] == [["-m", "mhalab.train"]] * 2  # the default task and mqar
+    assert [c[1:3] for c in train_cmds] == [["-m", "mhalab.training.train"]] * 2  # the default task and mqar
     assert all("trainer.accelerator=cpu" in c for c in train_cmds) and any("data=mqar" in c for c in train_cmds)
     for path in ("report.md", "summary.json", "tests/pytest.log", "tests/junit.xml", "train/bbc_news-summary.json",
                  "throughput/d32-eager/report.md", "throughput/d32-eager/results.json", "complexity/report.md",
@@ -332,7 +332,7 @@ def test_gpu_dry_run_writes_the_folder_and_a_report_without_gpu_figures(tmp_path
 
 
 def test_gpu_train_command_composes_for_the_default_task(monkeypatch, tmp_path):
-    from mhalab.runs import check_job, compose
+    from mhalab.runs.preflight import check_job, compose
 
     monkeypatch.setenv("MHALAB_ROOT", str(tmp_path))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # trainer=gpu is refused without CUDA

@@ -36,7 +36,7 @@ def test_usage_lists_every_command_and_unknown_commands_are_refused():
 
 def test_module_entry_points_still_work():
     assert "usage: mhalab report" in run("--help", module="mhalab.report").stdout
-    assert run("--cfg", "job", module="mhalab.train").stdout.count("attention:") == 1
+    assert run("--cfg", "job", module="mhalab.training.train").stdout.count("attention:") == 1
 
 
 def test_argument_errors_are_one_sentence(tmp_path):

@@ -1,4 +1,4 @@
-"""mhalab.convert: MHA -> GQA mean-pooling (Ainslie et al. 2023), first/random inits, identity, errors, CLI."""
+"""mhalab.analysis.convert: MHA -> GQA mean-pooling (Ainslie et al. 2023), first/random inits, identity, errors, CLI."""
 
 import dataclasses
 import json
@@ -7,10 +7,10 @@ import pytest
 import torch
 from conftest import arch
 
-from mhalab.convert import convert_module, main
+from mhalab.analysis.convert import convert_module, main
 from mhalab.errors import ConfigError
-from mhalab.module import AttentionLitModule
-from mhalab.schema import OptimConfig
+from mhalab.training.module import AttentionLitModule
+from mhalab.config.schema import OptimConfig
 
 OPTIM = dataclasses.asdict(OptimConfig(lr=1e-3, weight_decay=0.0, warmup_steps=0))
 

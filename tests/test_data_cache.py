@@ -166,7 +166,7 @@ def test_swapped_tokenizer_is_rebuilt(tmp_path, csv, caplog):
 
 
 def test_a_run_verifies_the_cache_once(tmp_path, csv, monkeypatch):
-    """prepare_data (called by mhalab.train and again by Lightning) and setup check the manifest once in all."""
+    """prepare_data (called by mhalab.training.train and again by Lightning) and setup check the manifest once in all."""
     cfg = config(tmp_path, csv)
     preprocessing.prepare(cfg)  # built by an earlier process
     checks = []

@@ -5,7 +5,7 @@
   backward must not raise, for MHA, GQA and MQA, with and without padding;
 - incremental decoding with the KV cache equals a full forward pass;
 - head statistics (the callback's pass) and importance equal those computed on the CPU;
-- a checkpoint written by a Lightning fit on the GPU loads on the CPU (`mhalab.checkpoint.load_module`).
+- a checkpoint written by a Lightning fit on the GPU loads on the CPU (`mhalab.training.checkpoint.load_module`).
 
 MHALAB_GPU_TESTS_ON_CPU=1 runs them on the CPU instead, to check the tests themselves (the kernel test then only
 allows the CPU's flash kernel); that says nothing about a GPU.
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from mhalab.attention import MultiHeadAttention
-from mhalab.schema import Architecture, AttentionConfig, ModelConfig, OptimConfig, StatsConfig
+from mhalab.config.schema import Architecture, AttentionConfig, ModelConfig, OptimConfig, StatsConfig
 
 DEVICE = "cpu" if os.environ.get("MHALAB_GPU_TESTS_ON_CPU") == "1" else "cuda"
 pytestmark = [pytest.mark.gpu,
@@ -116,9 +116,9 @@ def _batch(seed: int, batch: int = 8, seq_len: int = 32) -> dict:
 
 
 def test_statistics_and_importance_on_gpu_equal_those_on_cpu():
-    from mhalab.callbacks import HeadStatsCallback
-    from mhalab.evaluation import importance
-    from mhalab.module import AttentionLitModule
+    from mhalab.training.callbacks import HeadStatsCallback
+    from mhalab.training.evaluation import importance
+    from mhalab.training.module import AttentionLitModule
 
     torch.manual_seed(0)
     cpu = AttentionLitModule(_classifier().to_dict(), dataclasses.asdict(OptimConfig()), None)
@@ -140,8 +140,8 @@ def test_a_checkpoint_saved_on_gpu_loads_on_cpu(tmp_path):
     import lightning as L
     from torch.utils.data import DataLoader
 
-    from mhalab.checkpoint import load_module
-    from mhalab.module import AttentionLitModule
+    from mhalab.training.checkpoint import load_module
+    from mhalab.training.module import AttentionLitModule
 
     torch.manual_seed(0)
     module = AttentionLitModule(_classifier().to_dict(), dataclasses.asdict(OptimConfig()), None)

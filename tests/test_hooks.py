@@ -8,13 +8,13 @@ import torch
 
 from conftest import arch
 
-from mhalab.ablate import MeanAblation, pruning_curve, single_head_ablation
+from mhalab.analysis.ablate import MeanAblation, pruning_curve, single_head_ablation
 from mhalab.attention import MultiHeadAttention
-from mhalab.callbacks import HeadStatsCallback
-from mhalab.evaluation import importance
+from mhalab.training.callbacks import HeadStatsCallback
+from mhalab.training.evaluation import importance
 from mhalab.hooks import POINTS, act_name, hook_names, hooks, run_with_cache, run_with_hooks
 from mhalab.model import build_model
-from mhalab.module import AttentionLitModule
+from mhalab.training.module import AttentionLitModule
 
 # written by tests/data/make_hooks_reference.py with the code of a08120a, before the hook points
 REFERENCE = Path(__file__).parent / "data" / "hooks_reference.pt"
@@ -177,7 +177,7 @@ def test_package_root_exports_the_public_names():
 def test_the_readme_user_statistic(train, tmp_path):
     import sys
 
-    from mhalab.summary import read_summary
+    from mhalab.runs.summary import read_summary
 
     (tmp_path / "mystats.py").write_text(readme_code("user-statistic"))
     sys.path.insert(0, str(tmp_path))

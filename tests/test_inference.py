@@ -1,4 +1,4 @@
-"""mhalab.inference: each exact test against scipy where scipy has it, and against hand examples where not."""
+"""mhalab.report.comparison: each exact test against scipy where scipy has it, and against hand examples where not."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from mhalab import inference as inf
+from mhalab.report import comparison as inf
 
 
 def _scipy_perm_p(a, b=None):

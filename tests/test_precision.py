@@ -12,9 +12,9 @@ import torch
 from conftest import summaries
 
 from mhalab.cost import kv_cache_bytes
-from mhalab.module import adamw_kwargs
-from mhalab.schema import Architecture, AttentionConfig, ModelConfig, OptimConfig, StatsConfig
-from mhalab.stats import DETECTOR_NAMES, STAT_NAMES
+from mhalab.training.module import adamw_kwargs
+from mhalab.config.schema import Architecture, AttentionConfig, ModelConfig, OptimConfig, StatsConfig
+from mhalab.analysis.head_stats import DETECTOR_NAMES, STAT_NAMES
 
 
 def finite(values) -> bool:
@@ -42,7 +42,7 @@ def test_the_gpu_recipe_trains_on_the_cpu_in_bf16_mixed(run_train, tmp_path):
 
 
 def _module():
-    from mhalab.module import AttentionLitModule
+    from mhalab.training.module import AttentionLitModule
 
     arch = Architecture(vocab_size=50, objective="classification", n_classes=3,
                         model=ModelConfig(d_model=32, n_layers=2, d_ff=64, dropout=0.0, max_len=16),
@@ -61,8 +61,8 @@ def _batch(seed: int) -> dict:
 def test_statistics_and_importance_are_float32_under_a_bf16_autocast():
     """A mixed-precision run's statistics are those of the float32 parameters: the same numbers under an autocast
     as without one (the probe pass and importance turn it off), while the model itself does run in bf16 there."""
-    from mhalab.callbacks import HeadStatsCallback
-    from mhalab.evaluation import importance
+    from mhalab.training.callbacks import HeadStatsCallback
+    from mhalab.training.evaluation import importance
 
     module = _module()
     cb = HeadStatsCallback(stats=StatsConfig())

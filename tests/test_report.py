@@ -13,7 +13,7 @@ from scipy import stats as scipy_stats
 
 from mhalab.errors import ConfigError
 from mhalab.report import main, md_escape, report
-from mhalab.summary import RunSummary, write_summary
+from mhalab.runs.summary import RunSummary, write_summary
 
 
 def run(n_kv_heads: int, seed: int, acc: float, n_heads: int = 8, d_ff: int = 256, **extra) -> RunSummary:

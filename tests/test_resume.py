@@ -1,7 +1,7 @@
 """Runs you can trust: a run killed anywhere and resumed ends bit-identical to one never interrupted, whatever the
 workers; signals leave a checkpoint and an "interrupted" summary; resume never loses or mixes up results.
 
-The kills are real (SIGKILL at a named point, `mhalab.faults`); the full matrix of kill points x workers is
+The kills are real (SIGKILL at a named point, `mhalab.runs.faults`); the full matrix of kill points x workers is
 `slow`, the default run keeps one case of each kind."""
 
 import json
@@ -16,7 +16,7 @@ import torch
 from conftest import TINY, summaries
 
 from mhalab.errors import ConfigError
-from mhalab.runs import RunLock, preflight
+from mhalab.runs.preflight import RunLock, preflight
 
 # three short epochs of masked LM (dropout and random masking on), a validation and a step checkpoint every 2 steps
 RUN = ["data=bbc_news_mlm", "trainer.max_epochs=3", "trainer.limit_train_batches=4", "trainer.log_every_n_steps=1",
@@ -40,7 +40,7 @@ def results(summary: dict) -> dict:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, data_cache):
     """The uninterrupted run, per number of workers (computed once, in this process)."""
-    from mhalab.train import main
+    from mhalab.training.train import main
 
     cache = {}
 
@@ -86,7 +86,7 @@ BF16 = ["trainer=gpu", "trainer.accelerator=cpu"]  # the GPU recipe (bf16-mixed)
 def test_a_bf16_mixed_run_killed_and_resumed_is_bit_identical(run_train, tmp_path, data_cache):
     """The `trainer=gpu` recipe on the CPU: bf16 autocast, float32 parameters and optimizer state in the checkpoint;
     killed after a mid-epoch checkpoint and resumed, it ends exactly as the uninterrupted run."""
-    from mhalab.train import main
+    from mhalab.training.train import main
 
     root = tmp_path / "reference"
     main([*TINY, *RUN, *BF16, f"paths.root_dir={root}", f"data.cache_dir={data_cache}"])
@@ -173,7 +173,7 @@ def test_a_second_process_cannot_work_in_a_locked_run(tmp_path):
     run_dir = tmp_path / "run"
     (run_dir / ".hydra").mkdir(parents=True)
     (run_dir / ".hydra" / "overrides.yaml").write_text("- seed=1\n")
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from mhalab.runs import RunLock; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from mhalab.runs.preflight import RunLock; "
                                f"RunLock({str(run_dir)!r}).acquire(); print('locked', flush=True); time.sleep(60)"],
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -191,7 +191,7 @@ def test_a_second_process_cannot_work_in_a_locked_run(tmp_path):
 
 
 def test_interrupted_writes_leave_no_temporary_files_behind(tmp_path):
-    from mhalab.runs import remove_stale_temporaries
+    from mhalab.runs.preflight import remove_stale_temporaries
 
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints").mkdir(parents=True)
@@ -244,7 +244,7 @@ def test_slurm_preemption_signal_requeues_and_the_requeued_job_continues(tmp_pat
 
 
 def test_the_slurm_launcher_config_matches_the_signal_handling():
-    from mhalab.runs import compose
+    from mhalab.runs.preflight import compose
 
     launcher = compose(["hydra/launcher=slurm"]).hydra.launcher
     assert launcher.signal_delay_s > 0 and launcher.max_num_timeout >= 1

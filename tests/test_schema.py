@@ -4,8 +4,8 @@ raised before anything is written (in process: composing takes a fraction of a s
 import pytest
 
 from mhalab.errors import ConfigError
-from mhalab.runs import compose, preflight, validate
-from mhalab.schema import AttentionConfig, TrainConfig
+from mhalab.runs.preflight import compose, preflight, validate
+from mhalab.config.schema import AttentionConfig, TrainConfig
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def test_yaml_holds_only_values_that_differ_from_the_schema(root):
     """A group file repeating a schema default would be a second place for that default."""
     import dataclasses
 
-    from mhalab.schema import ModelConfig, OptimConfig, StatsConfig, TrainerConfig
+    from mhalab.config.schema import ModelConfig, OptimConfig, StatsConfig, TrainerConfig
 
     defaults = {"model": ModelConfig(), "optim": OptimConfig(), "stats": StatsConfig(), "trainer": TrainerConfig(),
                 "attention": AttentionConfig()}

@@ -87,7 +87,7 @@ def what_slurm_said(cluster, job: str) -> str:
 
 def reference(tmp_path_factory, data_cache, threads: int, *extra) -> dict:
     """The same run, never interrupted, in this process."""
-    from mhalab.train import main
+    from mhalab.training.train import main
 
     root = tmp_path_factory.mktemp("reference")
     main([*TINY, *LONG, f"torch_threads={threads}", *extra, f"paths.root_dir={root}", f"data.cache_dir={data_cache}"])

@@ -4,9 +4,9 @@ import pytest
 import torch
 from torch import nn
 
-from mhalab.ablate import zero_heads
+from mhalab.analysis.ablate import zero_heads
 from mhalab.hooks import call_hooks
-from mhalab.stats import (
+from mhalab.analysis.head_stats import (
     DETECTOR_NAMES, detection_patterns, detector_scores, repeated_random_tokens,
     STAT_NAMES,
     head_importance,

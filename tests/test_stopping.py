@@ -1,4 +1,4 @@
-"""Stop signals outside a single run's training (`mhalab.stopping`), each with real processes and real signals:
+"""Stop signals outside a single run's training (`mhalab.runs.stopping`), each with real processes and real signals:
 a signal during start-up still leaves an "interrupted" summary and the command that resumes the run; Ctrl-C on a
 parallel sweep saves every running job, starts no other, and prints one line with the sweep's own resume command."""
 

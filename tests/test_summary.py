@@ -8,9 +8,9 @@ import os
 import pytest
 import torch
 
-from mhalab.checkpoint import load_checkpoint, load_module
+from mhalab.training.checkpoint import load_checkpoint, load_module
 from mhalab.errors import ConfigError
-from mhalab.summary import MAX_BYTES, SCHEMA_VERSION, RunSummary, from_dict, head_matrix, read_summary, write_summary
+from mhalab.runs.summary import MAX_BYTES, SCHEMA_VERSION, RunSummary, from_dict, head_matrix, read_summary, write_summary
 
 
 def nested(depth: int) -> dict:
@@ -69,7 +69,7 @@ def test_hostile_files_are_refused_without_reading_them_whole(tmp_path):
 def test_a_copied_run_directory_is_self_contained(tiny_runs, tmp_path):
     import shutil
 
-    from mhalab.plots import attention_maps_from_checkpoint
+    from mhalab.analysis.plots import attention_maps_from_checkpoint
 
     copy = tmp_path / "copy"
     shutil.copytree(tiny_runs[0], copy)

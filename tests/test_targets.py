@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from mhalab.errors import ConfigError
-from mhalab.runs import preflight
+from mhalab.runs.preflight import preflight
 
 
 class Payload:
@@ -37,9 +37,9 @@ def vectors(tmp_path, evil_pt):
         "logger torch.load": [f"+logger.evil={{_target_:torch.load,f:{evil_pt},weights_only:false}}"],
         "callback torch.load": [f"+callbacks.evil={{_target_:torch.load,f:{evil_pt},weights_only:false}}"],
         "hydra callback open": [f"+hydra.callbacks.x={{_target_:builtins.open,file:{target},mode:w}}"],
-        "nested target": [f"+callbacks.x={{_target_:mhalab.callbacks.ProgressLog,"
+        "nested target": [f"+callbacks.x={{_target_:mhalab.training.callbacks.ProgressLog,"
                           f"every_n_steps:{{_target_:os.system,command:'touch {target}'}}}}"],
-        "mhalab function": ["+callbacks.x={_target_:mhalab.checkpoint.load_checkpoint,path:x.ckpt}"],
+        "mhalab function": ["+callbacks.x={_target_:mhalab.training.checkpoint.load_checkpoint,path:x.ckpt}"],
         "torch class": ["+callbacks.x={_target_:torch.nn.Linear,in_features:1,out_features:1}"],
         "launcher": ["hydra.launcher._target_=subprocess.Popen"],
         "sweeper": ["hydra.sweeper._target_=os.system"],
@@ -105,7 +105,7 @@ def test_user_code_runs_when_the_command_line_grants_its_package(tmp_path, monke
 
 
 def test_grants_are_only_for_your_own_packages(monkeypatch):
-    from mhalab.targets import grant
+    from mhalab.config.targets import grant
 
     monkeypatch.delenv("MHALAB_ALLOW", raising=False)
     for bad in ("os", "builtins", "torch", "mhalab", "a.b", ""):
@@ -117,7 +117,7 @@ def test_every_allow_listed_class_of_mhalab_and_lightning_exists_and_is_a_class(
     import importlib
     import inspect
 
-    from mhalab.targets import ALLOWED_CLASSES, OWN_CLASSES
+    from mhalab.config.targets import ALLOWED_CLASSES, OWN_CLASSES
 
     for target in sorted(OWN_CLASSES | {t for t in ALLOWED_CLASSES if t.startswith("lightning.")}):
         module, _, name = target.rpartition(".")
@@ -127,7 +127,29 @@ def test_every_allow_listed_class_of_mhalab_and_lightning_exists_and_is_a_class(
 def test_slurm_sweep_passes_the_real_preflight(tmp_path, monkeypatch):
     """submitit's `setup: Optional[List[str]] = None` is walked without error (issue 17). The cluster's own check of
     the resources (sbatch --test-only) needs a cluster: tests/test_slurm.py runs it on a real one."""
-    monkeypatch.setattr("mhalab.slurm.check_launcher", lambda cfg, n_jobs: None)
+    monkeypatch.setattr("mhalab.runs.slurm.check_launcher", lambda cfg, n_jobs: None)
     plan = preflight(["-m", "hydra/launcher=slurm", f"paths.root_dir={tmp_path}", "seed=0,1"])
     assert plan.multirun and [job[-1] for job, _ in plan.jobs] == ["seed=0", "seed=1"]
     assert not (tmp_path / "logs" / "train").exists()
+
+
+def test_a_class_named_at_its_old_place_is_told_the_new_one(tmp_path):
+    """Modules moved into folders by concern (config, runs, training, analysis): a user's config that still names
+    `mhalab.callbacks.ProgressLog` is one sentence naming `mhalab.training.callbacks.ProgressLog`, and every new
+    place in MOVED is a module that exists."""
+    import importlib
+
+    from mhalab.config.targets import MOVED, OWN_CLASSES
+
+    for old, new in (("mhalab.callbacks.ProgressLog", "mhalab.training.callbacks.ProgressLog"),
+                     ("mhalab.loggers.WandbLogger", "mhalab.training.loggers.WandbLogger"),
+                     ("mhalab.callbacks.HeadStatsCallback", "mhalab.training.callbacks.HeadStatsCallback")):
+        assert new in OWN_CLASSES
+        with pytest.raises(ConfigError) as e:
+            preflight([f"paths.root_dir={tmp_path}", f"+callbacks.x={{_target_:{old}}}"])
+        assert f"write {new}" in str(e.value) and "\n" not in str(e.value)
+    for old, new in MOVED.items():
+        importlib.import_module(new)
+        if old not in ("mhalab.runs", "mhalab.analysis"):  # those two names are folders now
+            with pytest.raises(ModuleNotFoundError):
+                importlib.import_module(old)

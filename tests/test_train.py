@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import summaries
 
-from mhalab.stats import DETECTOR_NAMES, STAT_NAMES
-from mhalab.summary import read_summary
+from mhalab.analysis.head_stats import DETECTOR_NAMES, STAT_NAMES
+from mhalab.runs.summary import read_summary
 
 
 def only_run(root: Path) -> Path:
@@ -201,7 +201,7 @@ def test_ddp_on_two_cpu_processes_prints_the_result_once(run_train, tmp_path):
 
 @pytest.mark.slow
 def test_ddp_from_the_mhalab_command_counts_every_rank(run_train, tmp_path):
-    """`mhalab train trainer=ddp` (Lightning starts rank 1 as `python -m mhalab.train`, not as a file named "mhalab
+    """`mhalab train trainer=ddp` (Lightning starts rank 1 as `python -m mhalab.training.train`, not as a file named "mhalab
     train"): one summary, whose tokens are those of both ranks, as many as one process with the same global batch."""
     mhalab = str(Path(sys.executable).with_name("mhalab"))
     r = run_train("trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "stats=off", "data.batch_size=8",
@@ -234,12 +234,12 @@ def test_default_run_learns_the_topics(run_train, tmp_path):
 
 
 def test_a_failing_extra_is_recorded_and_the_run_kept(train, tmp_path, monkeypatch):
-    import mhalab.plots
+    import mhalab.analysis.plots
 
     def broken(*args, **kwargs):
         raise RuntimeError("disk of pictures on fire")
 
-    monkeypatch.setattr(mhalab.plots, "plot_stat_heatmaps", broken)
+    monkeypatch.setattr(mhalab.analysis.plots, "plot_stat_heatmaps", broken)
     r = train("stats.plots=true")
     assert r.returncode == 0, r.stderr[-3000:]
     s = read_summary(only_run(tmp_path))

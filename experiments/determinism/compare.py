@@ -10,8 +10,8 @@ import sys
 
 import torch
 
-from mhalab.checkpoint import load_checkpoint
-from mhalab.summary import read_summary
+from mhalab.training.checkpoint import load_checkpoint
+from mhalab.runs.summary import read_summary
 
 
 def compare(a_dir: str, b_dir: str) -> bool:

@@ -3,12 +3,12 @@
 The per-seed val/bpb below are the values those runs recorded (experiments/*/README.md at commit 434c6b8; rerun with
 `git checkout 434c6b8 && python -m mhalab.train -m experiment=<sweep>`). This prints each arm minus its baseline,
 paired by seed, with the 95% CI, p, the minimum detectable effect at 80% power and the seeds a 0.1 bpb effect would
-need, all from mhalab.inference:  python experiments/noise_floor/paired.py
+need, all from mhalab.report.comparison:  python experiments/noise_floor/paired.py
 """
 
 import statistics
 
-from mhalab.inference import paired, seeds_for
+from mhalab.report.comparison import paired, seeds_for
 
 SWEEPS = {  # sweep -> (baseline arm, {arm: [seed 0, 1, 2]})
     "head_sweep (n_heads at d_model 64)": ("n_heads=2", {

@@ -1,5 +1,5 @@
 """Re-analyse the per-seed values of the first MQAR sweeps (commit a08120a, Student-t verdicts) with the exact tests
-of mhalab.inference: the rate of runs ending at val/acc >= 0.9 (Fisher's exact test) and the final val/acc
+of mhalab.report.comparison: the rate of runs ending at val/acc >= 0.9 (Fisher's exact test) and the final val/acc
 (exact permutation test, unpaired: the arms' parameter shapes differ), Holm-adjusted within each sweep.
 
     python experiments/reanalysis/reanalyse.py > experiments/reanalysis/README.md
@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mhalab import inference as inf
+from mhalab.report import comparison as inf
 from mhalab.report.tables import Table, fmt_p, interval
 
 COMMIT = "a08120a"
@@ -96,7 +96,7 @@ def pruning() -> None:
     level at 0.05 alone)."""
     import json
 
-    from mhalab.ablate import aggregate_curves
+    from mhalab.analysis.ablate import aggregate_curves
 
     text = subprocess.run(["git", "show", f"{COMMIT}:experiments/pruning/results/ablation.json"], capture_output=True,
                           text=True, check=True).stdout
@@ -123,7 +123,7 @@ def conversion() -> None:
     these runs, so equivalence cannot be tested on them."""
     import json
 
-    from mhalab.convert import summarise
+    from mhalab.analysis.convert import summarise
 
     text = subprocess.run(["git", "show", f"{COMMIT}:experiments/conversion/results/conversion.json"],
                           capture_output=True, text=True, check=True).stdout

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from mhalab.checks import check_choice, check_int, check_number
 from mhalab.heads import kv_head_of, resolve_heads
 from mhalab.hooks import PATTERN_POINTS, call_hooks
-from mhalab.schema import BACKENDS
+from mhalab.config.schema import BACKENDS
 
 
 class KVCache:
@@ -282,4 +282,4 @@ def _drop_head_gate(module, state_dict, prefix, *args) -> None:
     gate = state_dict.pop(prefix + "head_gate", None)
     if gate is not None and not bool((gate == 1).all()):
         raise ValueError(f"{prefix}head_gate is not all ones ({gate.tolist()}): this checkpoint has heads removed "
-                         "in its weights; remove them with mhalab.ablate.zero_heads instead")
+                         "in its weights; remove them with mhalab.analysis.ablate.zero_heads instead")

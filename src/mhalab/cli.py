@@ -23,7 +23,9 @@ COMMANDS = {
     "plots": "redraw a run's pictures into a new folder",
     "bench": "cost benchmarks: complexity, training throughput, the GPU check",
 }
-PASS_THROUGH = {"train": "mhalab.train", "bench": "mhalab.bench"}  # they parse their own arguments
+PASS_THROUGH = {"train": "mhalab.training.train", "bench": "mhalab.bench"}  # they parse their own arguments
+MODULES = {"report": "mhalab.report", "ablate": "mhalab.analysis.ablate", "convert": "mhalab.analysis.convert",
+           "plots": "mhalab.analysis.plots"}  # the commands this module parses, and where each one's work is
 
 
 def _report(p: argparse.ArgumentParser) -> None:
@@ -115,7 +117,7 @@ def run_command(command: str, argv: list[str]) -> int:
     args = parser(command).parse_args(kv_args(argv))
     from mhalab.errors import ConfigError
 
-    module = importlib.import_module(f"mhalab.{command}")
+    module = importlib.import_module(MODULES[command])
     try:
         return module.run_cli(args) or 0
     except ConfigError as e:

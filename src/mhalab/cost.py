@@ -7,7 +7,10 @@ The one place these numbers come from: training logs, MFU and the benchmarks all
 
 from __future__ import annotations
 
-from mhalab.schema import Architecture
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only, so the torch-free core imports no config (mhalab.config.schema imports this)
+    from mhalab.config.schema import Architecture
 
 
 def attention_flops(n: int, d_model: int, n_heads: int, d_head: int, n_kv_heads: int | None = None,
@@ -108,7 +111,7 @@ def model_cost(arch: Architecture, seq_len: int, bytes_per_element: int = 4) -> 
 
 
 def memory_estimate(train_cfg) -> int:
-    """Bytes a training run needs at least, before any data is read (a `mhalab.schema.TrainConfig`): see
+    """Bytes a training run needs at least, before any data is read (a `mhalab.config.schema.TrainConfig`): see
     `training_bytes`. Deliberately a lower bound: it refuses what cannot fit, not what might not."""
     d = train_cfg.data
     vocab = max(d.vocab_size, 261)  # bpe trains at most vocab_size tokens; byte-level has 261

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mhalab.attention import KVCache, MultiHeadAttention
-from mhalab.schema import Architecture
+from mhalab.config.schema import Architecture
 
 
 def sinusoidal_table(max_len: int, d_model: int) -> Tensor:

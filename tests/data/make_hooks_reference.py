@@ -11,11 +11,11 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from conftest import arch
-from mhalab.module import AttentionLitModule
-from mhalab.schema import OptimConfig
-from mhalab.evaluation import mean_loss, importance
-from mhalab.callbacks import HeadStatsCallback
-from mhalab.ablate import single_head_ablation, pruning_curve, MeanAblation
+from mhalab.training.module import AttentionLitModule
+from mhalab.config.schema import OptimConfig
+from mhalab.training.evaluation import mean_loss, importance
+from mhalab.training.callbacks import HeadStatsCallback
+from mhalab.analysis.ablate import single_head_ablation, pruning_curve, MeanAblation
 
 OPTIM = dataclasses.asdict(OptimConfig(lr=3e-3, weight_decay=0.0, warmup_steps=0, min_lr_ratio=1.0))
 CASES = {

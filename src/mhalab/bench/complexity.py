@@ -30,18 +30,14 @@ import torch
 from mhalab.attention import MultiHeadAttention
 from mhalab.bench import output
 from mhalab.bench.fit import local_exponents, loglog_fit
-from mhalab.bench.timing import (MIB, free_memory_bytes, interleaved, kernel_name, loadavg, out_of_memory,
-                                 peak_rss_mib, release, reset_peak_rss, resolve_device, resolve_dtype, rss_mib,
-                                 sdpa_context, sdpa_kernels, size, summary_ms)
+from mhalab.bench.output import SCALING_METRICS, SHAPE_KEYS
+from mhalab.bench.timing import (MIB, interleaved, kernel_name, loadavg, memory_limit, out_of_memory, peak_rss_mib,
+                                 release, reset_peak_rss, resolve_device, resolve_dtype, rss_mib, sdpa_context,
+                                 sdpa_kernels, size, summary_ms)
 from mhalab.cost import attention_flops, attention_peak_bytes, attention_score_bytes, attention_train_flops, \
     measured_flops
 from mhalab.heads import resolve_heads
 
-SHAPE_KEYS = ("backend", "d_model", "n_heads", "d_head", "n_kv_heads", "batch")
-SCALING_METRICS = (("flops_fwd_closed", "FLOPs fwd (closed form)"), ("fwd_ms", "time fwd"),
-                   ("fwdbwd_ms", "time fwd+bwd"), ("fwd_ms_min", "time fwd (min over rounds)"),
-                   ("fwdbwd_ms_min", "time fwd+bwd (min over rounds)"), ("mem_fwd_mib", "memory fwd"),
-                   ("mem_fwdbwd_mib", "memory fwd+bwd"))
 # In the memory process every allocation of 64 KiB or more is its own mmap, returned to the OS when freed, so RSS
 # follows the live tensors; glibc's default (a threshold rising to 32 MiB) kept freed blocks and made peaks erratic.
 MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
@@ -182,12 +178,6 @@ def _base_spec(cfg, device: torch.device) -> dict:
 def _describe(spec: dict) -> str:
     return (f"{spec['backend']:<4} n={spec['n']:<6} d_model={spec['d_model']} heads={spec['n_heads']} "
             f"d_head={spec['d_head']} kv={spec['n_kv_heads']} B={spec['batch']}")
-
-
-def memory_limit(cfg, device: torch.device) -> int:
-    """Bytes a case may take: free_fraction of the free memory, and at most max_case_gib if set."""
-    limit = int(cfg.free_fraction * free_memory_bytes(device))
-    return min(limit, int(cfg.max_case_gib * 2 ** 30)) if cfg.max_case_gib else limit
 
 
 def run_cases(specs: list[dict], cfg, label: str) -> tuple[list[dict], list[str]]:

@@ -16,10 +16,10 @@ import time
 
 import torch
 
-from mhalab.bench.timing import MIB, median, out_of_memory, release, resolve_dtype, size, sync
+from mhalab.bench.timing import MIB, median, memory_limit, out_of_memory, release, resolve_dtype, size, sync
 from mhalab.cost import attention_peak_bytes, decode_step_bytes, encoder_params, kv_cache_bytes
 from mhalab.model import LanguageModel
-from mhalab.schema import Architecture, AttentionConfig, ModelConfig
+from mhalab.config.schema import Architecture, AttentionConfig, ModelConfig
 
 
 def decode_arch(spec: dict, max_len: int) -> Architecture:
@@ -116,7 +116,6 @@ def decode_case(spec: dict, device: torch.device, dtype: torch.dtype) -> dict:
 
 def decode_section(cfg, device: torch.device) -> tuple[list[dict], list[str]]:
     """Every (backend, batch, context) group of cfg.decode; groups that would not fit in memory are skipped."""
-    from mhalab.bench.complexity import memory_limit
 
     d, dtype = cfg.decode, resolve_dtype(cfg.dtype)
     rows, skipped = [], []

@@ -37,7 +37,7 @@ from mhalab.bench.config import ComplexityConfig, DecodeConfig, EqualCostConfig,
 from mhalab.bench.timing import free_memory_bytes, kernel_name, machine_info, release, sdpa_kernels
 from mhalab.cost import training_bytes
 from mhalab.errors import ConfigError
-from mhalab.schema import StatsConfig
+from mhalab.config.schema import StatsConfig
 
 TINY_TRAIN = ["trainer.accelerator=cpu", "trainer.devices=1", "trainer.precision=32-true", "model.d_model=32",
               "model.n_layers=1", "model.d_ff=64", "attention.n_heads=2", "data.limit=64", "data.max_len=64",
@@ -192,7 +192,7 @@ def _train(cfg, out: Path, device, budget: Budget) -> dict:
     for i, task in enumerate(tasks):
         root = out / "train" / task
         root.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "mhalab.train", *train_command(cfg, task)]
+        cmd = [sys.executable, "-m", "mhalab.training.train", *train_command(cfg, task)]
         env = {**os.environ, "MHALAB_ROOT": str(root.resolve()), "WANDB_SILENT": "true"}
         env.pop("MHALAB_RUN_ID", None)
         timeout = max(60.0, budget.left() / 3 / (len(tasks) - i))

@@ -1,6 +1,6 @@
 """What a benchmark leaves behind: the output folder, Markdown reports, results.csv / results.json, PNG plots.
 
-Figures are matplotlib Figures with an Agg canvas (`mhalab.plots.new_figure`): no pyplot state. Every scaling plot
+Figures are matplotlib Figures with an Agg canvas (`mhalab.analysis.plots.new_figure`): no pyplot state. Every scaling plot
 is log-log, time and memory against n with the fitted power law; the decoding plots are log-log too (latency and
 cache size against n_kv_heads).
 """
@@ -15,6 +15,13 @@ from pathlib import Path
 from mhalab.bench.fit import format_fit
 
 BASELINE = "torch.nn.TransformerEncoder"
+
+# a complexity case's shape, and the metrics fitted against n (mhalab.bench.complexity)
+SHAPE_KEYS = ("backend", "d_model", "n_heads", "d_head", "n_kv_heads", "batch")
+SCALING_METRICS = (("flops_fwd_closed", "FLOPs fwd (closed form)"), ("fwd_ms", "time fwd"),
+                   ("fwdbwd_ms", "time fwd+bwd"), ("fwd_ms_min", "time fwd (min over rounds)"),
+                   ("fwdbwd_ms_min", "time fwd+bwd (min over rounds)"), ("mem_fwd_mib", "memory fwd"),
+                   ("mem_fwdbwd_mib", "memory fwd+bwd"))
 
 
 def start(cfg, sub: str, device) -> tuple[Path, dict]:
@@ -205,8 +212,7 @@ def complexity_plots(result: dict, out: Path) -> list[str]:
 
 
 def _scaling_plots(result: dict, out: Path) -> list[str]:
-    from mhalab.bench.complexity import SCALING_METRICS, SHAPE_KEYS
-    from mhalab.plots import new_figure
+    from mhalab.analysis.plots import new_figure
 
     fits = {tuple(f[k] for k in SHAPE_KEYS) + (f["metric"],): f for f in result["fits"]}
     groups: dict[tuple, list[dict]] = {}
@@ -244,7 +250,7 @@ def _scaling_plots(result: dict, out: Path) -> list[str]:
 
 
 def _equal_cost_plot(rows: list[dict], out: Path) -> str:
-    from mhalab.plots import new_figure
+    from mhalab.analysis.plots import new_figure
 
     metrics = [m for m in ("fwd_ms_ratio", "fwdbwd_ms_ratio", "mem_fwdbwd_mib_ratio") if any(m in r for r in rows)]
     titles = {"fwd_ms_ratio": "forward time", "fwdbwd_ms_ratio": "forward+backward time",
@@ -269,7 +275,7 @@ def _decode_plot(rows: list[dict], out: Path) -> str:
 
 def decode_figure(rows: list[dict]):
     """Latency and KV-cache size against n_kv_heads, both axes logarithmic (MHA on the left, MQA on the right)."""
-    from mhalab.plots import new_figure
+    from mhalab.analysis.plots import new_figure
 
     backends = sorted({r["backend"] for r in rows})
     fig = new_figure(figsize=(5 * len(backends) + 1, 8), layout="constrained")
@@ -288,7 +294,7 @@ def decode_figure(rows: list[dict]):
 
 
 def train_plots(result: dict, out: Path) -> list[str]:
-    from mhalab.plots import new_figure
+    from mhalab.analysis.plots import new_figure
 
     rows = result["rows"]
     heads = sorted({r["n_heads"] for r in rows})

@@ -94,8 +94,8 @@ def run_startup(cfg) -> dict:
 
 def time_sweep_preflight(cfg, env: dict) -> float:
     """Seconds from just before a fresh process imports mhalab to the end of a `cfg.sweep_jobs`-job sweep's
-    preflight (`mhalab.runs.preflight`, which writes nothing)."""
-    check = ("import sys, time; t = time.perf_counter(); from mhalab.runs import preflight; "
+    preflight (`mhalab.runs.preflight.preflight`, which writes nothing)."""
+    check = ("import sys, time; t = time.perf_counter(); from mhalab.runs.preflight import preflight; "
              "preflight(sys.argv[1:]); print(time.perf_counter() - t)")
     argv = ["-m", *cfg.run_overrides, f"seed=range({cfg.sweep_jobs})"]
     r = subprocess.run([sys.executable, "-c", check, *argv], env=env, capture_output=True, text=True)

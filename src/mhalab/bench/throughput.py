@@ -28,9 +28,9 @@ from mhalab.bench import output
 from mhalab.bench.output import BASELINE
 from mhalab.bench.timing import interleaved, loadavg, measure_peak_flops, median, release, resolve_device, sync
 from mhalab.cost import encoder_params, train_flops
-from mhalab.evaluation import mean_cross_entropy
+from mhalab.training.evaluation import mean_cross_entropy
 from mhalab.model import build_model
-from mhalab.schema import Architecture
+from mhalab.config.schema import Architecture
 
 
 class TorchEncoderStack(nn.Module):
@@ -79,9 +79,9 @@ def synthetic_batch(arch: Architecture, batch: int, seq_len: int, g: torch.Gener
 
 def train_pair(cfg, n_heads: int, device: torch.device, plot_dir: Path | None = None) -> dict:
     """One comparison: per-round step times of both models, the statistics pass per round, the extras once."""
-    from mhalab.callbacks import HeadStatsCallback
-    from mhalab.evaluation import importance
-    from mhalab.module import AttentionLitModule
+    from mhalab.training.callbacks import HeadStatsCallback
+    from mhalab.training.evaluation import importance
+    from mhalab.training.module import AttentionLitModule
 
     arch = cfg.architecture(n_heads)
     torch.manual_seed(cfg.seed)

@@ -248,3 +248,9 @@ def measure_peak_flops(device: torch.device, dtype: torch.dtype, size: int | Non
     b = torch.randn(size, size, generator=g).to(device, dtype)
     times = interleaved([lambda: a @ b], repeats, device, warmup=2)[0]
     return matmul_flops(size, size, size) / min(times)
+
+
+def memory_limit(cfg, device) -> int:
+    """Bytes a case may take: free_fraction of the free memory, and at most max_case_gib if set."""
+    limit = int(cfg.free_fraction * free_memory_bytes(device))
+    return min(limit, int(cfg.max_case_gib * 2 ** 30)) if cfg.max_case_gib else limit

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from mhalab import faults
+from mhalab.runs import faults
 
 log = logging.getLogger(__name__)
 

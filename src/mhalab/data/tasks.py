@@ -28,7 +28,7 @@
 classification): the splits it does not give are carved out of `train` (`data.val_fraction`,
 `data.test_fraction`), then everything is tokenized, cached and served like a built-in task. The data config
 (`cfg`, a `mhalab.data.config.DataConfig`) is passed in for its seed and sizes. Importing your module is your
-explicit choice: `allowed_targets` (mhalab.targets) admits it, nothing else does.
+explicit choice: `allowed_targets` (mhalab.config.targets) admits it, nothing else does.
 """
 
 from __future__ import annotations

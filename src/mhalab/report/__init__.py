@@ -1,6 +1,6 @@
 """Sweep reports: `mhalab report <multirun_dir>... [--baseline LABEL] [--metric KEY] [--out DIR] [--wandb]`.
 
-Reads every run under the folders through the run contract (`mhalab.summary.read_summary`), places each in its arm
+Reads every run under the folders through the run contract (`mhalab.runs.summary.read_summary`), places each in its arm
 and tuned cell (`report.runs`), picks each arm's best cell on validation and compares the arms with the baseline
 on the endpoints the runs declared (`report.arms`), and writes into `--out` (default `<first dir>/report`):
 
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mhalab import inference as inf
+from mhalab.report import comparison as inf
 from mhalab.errors import ConfigError
 from mhalab.report import figures
 from mhalab.report.arms import HEAD_STATS, Arm, apply_holm, arms_of, compare, head_stats, pick_baseline

@@ -3,7 +3,7 @@
 An arm is a configuration (its overrides minus seed and the tuned keys); a cell is an arm at one value of the tuned
 keys (e.g. `optim.lr`). Each arm is reported at its best cell **on validation** (the highest rate of runs reaching
 the endpoint threshold, then the fewest steps to it, then the best mean metric), and compared with the baseline arm
-at its best cell on three endpoints, each with the test that fits it (`mhalab.inference`):
+at its best cell on three endpoints, each with the test that fits it (`mhalab.report.comparison`):
 
 - the rate of runs that reached the threshold (Fisher's exact test; Newcombe interval; the detectable difference),
 - the steps to the threshold, censored at the budget (Kaplan-Meier medians; log-rank with an exact permutation p),
@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from mhalab import inference as inf
+from mhalab.report import comparison as inf
 from mhalab.errors import ConfigError
 from mhalab.report.runs import Run, better, design, seed_order
 

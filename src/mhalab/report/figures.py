@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mhalab import inference as inf
+from mhalab.report import comparison as inf
 from mhalab.report.arms import Arm, head_stats
 from mhalab.report.runs import key_of
 
@@ -18,7 +18,7 @@ def short(label: str) -> str:
 
 
 def _fig(w: float, h: float):
-    from mhalab.plots import new_figure
+    from mhalab.analysis.plots import new_figure
 
     return new_figure(figsize=(w, h))
 

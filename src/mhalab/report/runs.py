@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from mhalab.errors import ConfigError
-from mhalab.inference import lower_is_better
-from mhalab.summary import SUMMARY, RunSummary, read_summary
+from mhalab.report.comparison import lower_is_better
+from mhalab.runs.summary import SUMMARY, RunSummary, read_summary
 
 IGNORED_KEYS = ("seed", "resume", "fault.", "hydra.", "hydra/", "data.num_workers", "paths.", "torch_threads")
 DESIGN = ("n_heads", "n_kv_heads", "d_head", "d_model", "d_ff", "n_layers")

@@ -127,7 +127,7 @@ def plot_stat_heatmaps(matrices: dict, out_dir, stats=None) -> list[Path]:
 
 def summary_matrices(summary) -> dict:
     """{stat: (n_layers, n_heads) tensor} of a RunSummary: its head statistics and (as "importance") importance."""
-    from mhalab.summary import head_matrix
+    from mhalab.runs.summary import head_matrix
 
     matrices = {name: head_matrix(rows) for name, rows in summary.head_stats.items()}
     if summary.head_importance is not None:
@@ -140,9 +140,9 @@ def attention_maps_from_checkpoint(run_dir, out_dir, checkpoint=None, max_tokens
 
     The data task comes from the run's summary.json; the checkpoint is loaded with weights_only=True.
     """
-    from mhalab.checkpoint import build_data, load_module
-    from mhalab.stats import attention_patterns
-    from mhalab.summary import read_summary
+    from mhalab.training.checkpoint import build_data, load_module
+    from mhalab.analysis.head_stats import attention_patterns
+    from mhalab.runs.summary import read_summary
 
     run_dir = Path(run_dir)
     summary = read_summary(run_dir)
@@ -163,7 +163,7 @@ def attention_maps_from_checkpoint(run_dir, out_dir, checkpoint=None, max_tokens
 def run_cli(args) -> int:
     """`mhalab plots`: the heatmaps from summary.json and, unless --no-maps, the attention maps, in a new folder."""
     from mhalab.checks import check_int
-    from mhalab.summary import read_summary
+    from mhalab.runs.summary import read_summary
 
     out = args.out if args.out is not None else args.run_dir / f"plots-redrawn-{datetime.now():%Y%m%d-%H%M%S}"
     check_int("--max-tokens", args.max_tokens, 2, 512)
@@ -172,7 +172,7 @@ def run_cli(args) -> int:
     summary = read_summary(args.run_dir)
     if not summary.head_stats:
         raise ConfigError(f"cannot redraw plots: {args.run_dir}/summary.json has no head statistics")
-    from mhalab.console import each_with_progress
+    from mhalab.training.console import each_with_progress
 
     matrices = summary_matrices(summary)
     pictures = [f"heatmap of {name}" for name in matrices] + ([] if args.no_maps else ["attention maps"])

@@ -18,7 +18,7 @@ For every source checkpoint (one per seed) the command evaluates, on `--split` (
   model's total steps (`--scratch total`, equal total steps).
 Evaluation uses the whole split unless `--batches N` limits it. Across sources, every arm gets its mean with a 95%
 interval over seeds, and the paired differences that decide the claims (mean-pool vs first, vs random, vs the MHA
-control, vs GQA from scratch; exact sign-flip tests, Holm-adjusted; `mhalab.inference`); `--margin D`, declared
+control, vs GQA from scratch; exact sign-flip tests, Holm-adjusted; `mhalab.report.comparison`); `--margin D`, declared
 before the run, tests mean-pool vs the MHA control for equivalence within +-D (TOST).
 Outputs in `--out` (default `<run_dir of the first source>/convert_gqa<G>`): conversion.md/.csv/.json, conversion.png.
 """
@@ -34,15 +34,15 @@ from typing import Any
 
 import torch
 
-from mhalab.checkpoint import build_data, load_module, load_run, require_files
+from mhalab.training.checkpoint import build_data, load_module, load_run, require_files
 from mhalab.checks import check_int, check_number
-from mhalab.console import each_with_progress, quiet_lightning
+from mhalab.training.console import each_with_progress, quiet_lightning
 from mhalab.errors import ConfigError
-from mhalab.evaluation import evaluate, headline, split_batches
+from mhalab.training.evaluation import evaluate, headline, split_batches
 from mhalab.heads import resolve_heads
-from mhalab.inference import holm, lower_is_better, mean_ci, paired, tost
+from mhalab.report.comparison import holm, lower_is_better, mean_ci, paired, tost
 from mhalab.report.tables import Table, write_csv
-from mhalab.plots import new_figure
+from mhalab.analysis.plots import new_figure
 
 INITS = ("mean", "first", "random")
 SCRATCH = ("budget", "total")  # GQA from scratch for the uptraining steps, or for the converted model's total steps
@@ -59,7 +59,7 @@ def convert_module(module, n_kv_heads: int, init: str = "mean", seed: int = 0):
     """A new AttentionLitModule with n_kv_heads KV heads per layer, every other weight copied from `module`: the key
     and value heads of each layer (`W_K`, `W_V` and their biases, per head) pooled by group, or for "random" drawn
     as a fresh model's (N(0, 0.02) weights, zero biases)."""
-    from mhalab.module import variant
+    from mhalab.training.module import variant
 
     if init not in INITS:
         raise ConfigError(f"--init {init!r}: init must be one of {', '.join(INITS)}")
@@ -120,7 +120,7 @@ def convert_one(ckpt: Path, n_kv_heads: int, inits: list[str], uptrain_fraction:
                 mha_control: bool, split: str, max_batches: int | None, seed: int, lr: float | None,
                 out: Path) -> list[dict[str, Any]]:
     """Every arm for one source checkpoint: one row each."""
-    from mhalab.module import variant
+    from mhalab.training.module import variant
 
     src = load_module(ckpt)
     run_dir, summary = load_run(ckpt)

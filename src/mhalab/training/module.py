@@ -1,5 +1,5 @@
 """The LightningModule: one model (classifier or LM), AdamW with warm-up and cosine decay, and the metrics of
-`mhalab.evaluation`.
+`mhalab.training.evaluation`.
 
 Logged: train/loss (per step), train/acc, val/loss, val/acc, val/acc_best, test/loss, test/acc; for text language
 modelling also val/bpb and test/bpb (bits per UTF-8 byte of the predicted tokens).
@@ -16,10 +16,10 @@ import torch
 from torch import Tensor
 from torchmetrics import MaxMetric, MeanMetric, Metric
 
-from mhalab.evaluation import batch_sums, mean_cross_entropy, metrics_from_sums
-from mhalab.inference import lower_is_better
+from mhalab.training.evaluation import batch_sums, mean_cross_entropy, metrics_from_sums
+from mhalab.report.comparison import lower_is_better
 from mhalab.model import build_model
-from mhalab.schema import Architecture
+from mhalab.config.schema import Architecture
 
 
 def lr_lambda(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> float:
@@ -42,7 +42,7 @@ def adamw_kwargs(fused: bool | None, params) -> dict[str, Any]:
 
 
 class EvalSums(Metric):
-    """The running (nats, correct, count, bytes) of `mhalab.evaluation.batch_sums`, summed across processes."""
+    """The running (nats, correct, count, bytes) of `mhalab.training.evaluation.batch_sums`, summed across processes."""
 
     full_state_update = False
 

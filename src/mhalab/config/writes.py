@@ -1,6 +1,6 @@
 """Where a config may make a run write: under its run directory, `paths.log_dir` or the cache, nowhere else.
 
-`check_writes(plain, run_dir)` takes the job's config resolved as the job will see it (`mhalab.compose.resolved`)
+`check_writes(plain, run_dir)` takes the job's config resolved as the job will see it (`mhalab.config.compose.resolved`)
 and checks every path-valued key of the nodes that write files: loggers and callbacks (`save_dir`, `dir`, ...),
 Python logging handlers (`filename`), the launchers' folders (`submitit_folder`, `temp_folder`), the Optuna
 sweeper's `storage` (a sqlite file) and Hydra's `output_subdir`. Symbolic links and `..` are resolved first.

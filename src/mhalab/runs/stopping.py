@@ -3,7 +3,7 @@ or preemption) stop a run cleanly, whenever they come. One handler per process (
 
 - from the moment `mhalab train` has checked its jobs (Hydra starting, imports) it is only recorded, and the job
   stops as its training would begin, with an "interrupted" summary and the command that resumes it;
-- while training, `mhalab.callbacks.GracefulStop` stops at the next step boundary after saving last.ckpt;
+- while training, `mhalab.training.callbacks.GracefulStop` stops at the next step boundary after saving last.ckpt;
 - in data preparation, the last validation and testing (no step boundary comes) it stops at once (`Interrupted`).
 
 A grid sweep whose jobs run on this machine (Hydra's basic or joblib launcher: `stops_as_a_whole`) stops as a whole.
@@ -134,7 +134,7 @@ def stopped(sweep_dir: Path) -> int | None:
 
 def sweep_stopped(argv: list[str], sweep_dir: Path, signum: int) -> str:
     """The line a stopped sweep prints: what happened and the command that resumes it (`argv`: the command's)."""
-    from mhalab.runs import run_defining
+    from mhalab.runs.preflight import run_defining
 
     name = signal.Signals(signum).name
     if not any(run_defining(d) for d in Path(sweep_dir).iterdir() if d.is_dir()):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from mhalab.checks import check_choice, check_int, check_number
+from mhalab.cost import attention_params
 from mhalab.data.config import DataConfig
 from mhalab.errors import ConfigError
 from mhalab.heads import resolve_heads
@@ -178,7 +179,6 @@ def _known_keys(where: str, d: dict, cls) -> None:
 def matched_d_ff(model: ModelConfig, attention: AttentionConfig, ref: ParamMatch) -> int:
     """The d_ff that gives `model` with `attention` the parameter count it has with `ref` attention and its own
     d_ff, as nearly as an integer allows (one feed-forward unit holds 2 * d_model + 1 parameters with bias)."""
-    from mhalab.cost import attention_params
 
     ref_kv, ref_d_head = resolve_heads(model.d_model, ref.n_heads, ref.n_kv_heads, ref.d_head, "model.param_match.")
     delta = (attention_params(model.d_model, ref.n_heads, ref_d_head, ref_kv, model.bias)
@@ -204,7 +204,7 @@ class OptimConfig:
     min_lr_ratio: float = 0.1
     fused: Optional[bool] = None  # torch's fused AdamW kernel: None = fused when every parameter is on a CUDA device,
     #   else torch's default (foreach); true = fused wherever torch has it (CUDA, and the CPU since torch 2.4);
-    #   false = never (mhalab.module.adamw_kwargs)
+    #   false = never (mhalab.training.module.adamw_kwargs)
 
     def __post_init__(self):
         if self.fused is not None and not isinstance(self.fused, bool):
@@ -224,7 +224,7 @@ class OptimConfig:
 
 @dataclass
 class StatsConfig:
-    """Per-head attention statistics on a fixed probe batch (`mhalab.callbacks.HeadStatsCallback`)."""
+    """Per-head attention statistics on a fixed probe batch (`mhalab.training.callbacks.HeadStatsCallback`)."""
 
     enabled: bool = True
     every_n_steps: int = 50  # one extra no-grad pass every n optimizer steps, and one at each validation end
@@ -361,7 +361,7 @@ class PathsConfig:
 
 @dataclass
 class FaultConfig:
-    """Deliberate failures for testing recovery (`mhalab.callbacks.FaultInjection`); all off by default."""
+    """Deliberate failures for testing recovery (`mhalab.training.callbacks.FaultInjection`); all off by default."""
 
     kill_at_step: Optional[int] = None  # SIGKILL the process before this optimizer step
     nan_at_step: Optional[int] = None  # make the loss NaN at this optimizer step
@@ -373,7 +373,7 @@ class FaultConfig:
             if getattr(self, key) is not None:
                 check_int(f"fault.{key}", getattr(self, key), 0)
         if self.kill_at is not None:
-            from mhalab.faults import parse
+            from mhalab.runs.faults import parse
 
             try:
                 parse(self.kill_at)
@@ -411,7 +411,7 @@ class EndpointConfig:
 
 @dataclass
 class TrainConfig:
-    """A whole training run: `python -m mhalab.train` composes it from `conf/train.yaml` and its groups."""
+    """A whole training run: `mhalab train` composes it from `conf/train.yaml` and its groups."""
 
     task_name: str = "train"  # names the log folder: logs/<task_name>/...
     tags: List[str] = field(default_factory=lambda: ["dev"])
@@ -421,7 +421,7 @@ class TrainConfig:
     ckpt_path: Optional[str] = None  # start from this checkpoint's weights, optimizer and step in a new run
     resume: Any = False  # true: continue the newest unfinished run with these overrides; or a run directory
     torch_threads: Optional[int] = None  # torch intra-op threads (None: the CPUs the job was given: SLURM's
-    #   allocation or the affinity mask, divided among a local launcher's n_jobs; mhalab.train.job_threads)
+    #   allocation or the affinity mask, divided among a local launcher's n_jobs; mhalab.training.train.job_threads)
     allowed_targets: List[str] = field(default_factory=list)  # your own code that `_target_` may name
     data: DataConfig = field(default_factory=lambda: DataConfig(cache_dir="${paths.cache_dir}"))
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -436,7 +436,7 @@ class TrainConfig:
     fault: FaultConfig = field(default_factory=FaultConfig)
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
     optimized_metric: str = "val/loss"  # the final metric a run returns to Hydra's sweeper (Optuna's objective);
-    #   its direction follows the metric (mhalab.inference.lower_is_better): losses and bpb are minimised,
+    #   its direction follows the metric (mhalab.report.comparison.lower_is_better): losses and bpb are minimised,
     #   accuracies maximised (hydra/sweeper=search sets direction from it)
 
     def __post_init__(self):

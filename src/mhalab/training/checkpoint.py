@@ -1,10 +1,10 @@
 """Checkpoints: written atomically, read safely, and the runs they belong to.
 
-A checkpoint written by `mhalab.train` holds the resolved `Architecture` and the optimiser settings in its
+A checkpoint written by `mhalab.training.train` holds the resolved `Architecture` and the optimiser settings in its
 hyperparameters. `load_module` reads it with `torch.load(weights_only=True)` (tensors and plain values only, so a
 pickle that would run code is refused), checks the architecture and that the stored weights have exactly the
 parameter count it implies *before* building the model (a forged `vocab_size=2e8` allocates nothing), then loads
-the weights strictly. The run's data config comes from its `summary.json` (`mhalab.summary`).
+the weights strictly. The run's data config comes from its `summary.json` (`mhalab.runs.summary`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from mhalab import faults
+from mhalab.runs import faults
 from mhalab.errors import ConfigError
-from mhalab.schema import Architecture
-from mhalab.summary import RunSummary, read_summary
+from mhalab.config.schema import Architecture
+from mhalab.runs.summary import RunSummary, read_summary
 
 KEYS = ("arch", "optim", "token_bytes")  # the AttentionLitModule arguments a checkpoint keeps
 
@@ -60,7 +60,7 @@ def require_files(paths) -> None:
     for path in map(Path, paths):
         if not path.is_file():
             raise ConfigError(f"checkpoint {path} does not exist (give the path of a .ckpt file written by "
-                              "mhalab.train)")
+                              "mhalab.training.train)")
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def _check_weights_fit(path: Path, arch: Architecture, state: dict) -> None:
     expected = encoder_params(arch)
     if stored != expected:
         raise ConfigError(f"checkpoint {path}: its weights hold {stored:,} parameters but its architecture implies "
-                          f"{expected:,}; the file is damaged or was not written by mhalab.train")
+                          f"{expected:,}; the file is damaged or was not written by mhalab.training.train")
 
 
 def load_module(path: str | Path, expect: dict[str, Any] | None = None):
@@ -103,7 +103,7 @@ def load_module(path: str | Path, expect: dict[str, Any] | None = None):
 
     expect: attention fields the caller requires (e.g. {"n_heads": 8}); a mismatch is a ConfigError.
     """
-    from mhalab.module import AttentionLitModule
+    from mhalab.training.module import AttentionLitModule
 
     ckpt = load_checkpoint(path)
     hp = ckpt["hyper_parameters"]

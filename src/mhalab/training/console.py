@@ -10,7 +10,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from mhalab.errors import ConfigError
-from mhalab.summary import RunSummary
+from mhalab.runs.summary import RunSummary
 
 log = logging.getLogger("mhalab")
 
@@ -51,8 +51,8 @@ def usage(argv: list[str]) -> str:
     for the given overrides. (Hydra's own help deep-copies the schema once per group: seconds; this: a fraction.)"""
     from importlib.resources import files
 
-    from mhalab.compose import parse_args
-    from mhalab.runs import compose
+    from mhalab.config.compose import parse_args
+    from mhalab.runs.preflight import compose
 
     args = parse_args([a for a in argv if a not in ("--help", "-h")])
     conf = files("mhalab.conf")
@@ -69,7 +69,7 @@ def usage(argv: list[str]) -> str:
              "Train a transformer encoder around one configurable attention layer (README, Recipes).", "",
              "Config groups (group=option):"]
     lines += [f"  {name:<15} {', '.join(options)}" for name, options in sorted(groups.items())]
-    lines += ["", "Every key, its type, default and allowed values: mhalab/schema.py (TrainConfig).",
+    lines += ["", "Every key, its type, default and allowed values: mhalab/config/schema.py (TrainConfig).",
               "Sweeps: -m key=a,b,c; resume: resume=true or resume=<run_dir>; Hydra's flags: --hydra-help.", "",
               "== Config ==" + (f" (with {' '.join(args.overrides)})" if args.overrides else "")]
     try:

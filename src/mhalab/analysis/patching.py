@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from mhalab.evaluation import eval_mode, evaluate
+from mhalab.training.evaluation import eval_mode, evaluate
 from mhalab.hooks import act_name, hooks, run_with_cache
 
 
@@ -66,7 +66,7 @@ def patch_heads(module, clean: dict[str, Tensor], corrupted: dict[str, Tensor], 
     """Patch every head's clean output into the corrupted run, one head at a time.
 
     module: an AttentionLitModule (`module(batch)`); clean, corrupted: batches of the same shape; the clean batch's
-    "labels" score both runs; metric: a key of `mhalab.evaluation.evaluate` ("acc", "loss", "bpb").
+    "labels" score both runs; metric: a key of `mhalab.training.evaluation.evaluate` ("acc", "loss", "bpb").
     Returns {"clean", "corrupted": float, "patched", "recovered": (n_layers, n_heads)}.
     """
     cache, corrupted = _prepare(module, clean, corrupted)

@@ -171,7 +171,7 @@ def head_importance(model, batches, loss_fn, normalize: bool = True) -> Tensor:
     g_h = 1 and keeps the product; dL(x)/dg_h = sum over x's positions of <dL(x)/dz_h, z_h>. Since examples do not
     interact, example x's slice of d(batch mean)/dz is (n_x / N) dL(x)/dz (n_x: x's predicted items, N: the
     batch's), so dL(x)/dg_h = (N / n_x) sum <d(batch mean)/dz_h, z_h>. This is exact (the tests check it against one
-    autograd.grad per example). A head removed by an earlier hook (`mhalab.ablate.zero_heads`, e.g. pruned) has
+    autograd.grad per example). A head removed by an earlier hook (`mhalab.analysis.ablate.zero_heads`, e.g. pruned) has
     z_h = 0 and gets 0, as in Michel et al.'s code, which differentiates with respect to the masked head's output.
 
     Uses autograd.grad, so parameters' .grad is left untouched; the gates require grad, so the graph reaches the
@@ -242,7 +242,7 @@ def head_importance(model, batches, loss_fn, normalize: bool = True) -> Tensor:
 def probe_cache(module, batch, points=("pattern",)):
     """The cache (`mhalab.hooks.ActivationCache`) of the hook points named in `points` ("pattern", "z", ...) of every
     layer on one batch: a no-grad pass in eval mode, `module(batch)` as an AttentionLitModule is called."""
-    from mhalab.evaluation import eval_mode
+    from mhalab.training.evaluation import eval_mode
     from mhalab.hooks import run_with_cache
 
     wanted = {f"hook_{p.removeprefix('hook_')}" for p in points}

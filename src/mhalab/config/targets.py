@@ -55,8 +55,19 @@ ALLOWED_CLASSES = frozenset(
                                          "GridSampler", "MOTPESampler", "QMCSampler")]
 )
 # mhalab's own classes meant to be named in a config (tests/test_targets.py checks each is a class)
-OWN_CLASSES = frozenset({"mhalab.callbacks.HeadStatsCallback", "mhalab.callbacks.ProgressLog",
-                         "mhalab.loggers.WandbLogger"})
+OWN_CLASSES = frozenset({"mhalab.training.callbacks.HeadStatsCallback", "mhalab.training.callbacks.ProgressLog",
+                         "mhalab.training.loggers.WandbLogger"})
+# mhalab's modules before they were grouped by concern (folders config, runs, training, analysis): a config
+# naming a class at its old place is told the new one
+MOVED = {f"mhalab.{old}": f"mhalab.{new}" for old, new in (
+    ("compose", "config.compose"), ("targets", "config.targets"), ("schema", "config.schema"),
+    ("writes", "config.writes"), ("runs", "runs.preflight"), ("summary", "runs.summary"), ("slurm", "runs.slurm"),
+    ("faults", "runs.faults"), ("stopping", "runs.stopping"), ("train", "training.train"),
+    ("module", "training.module"), ("callbacks", "training.callbacks"), ("loggers", "training.loggers"),
+    ("evaluation", "training.evaluation"), ("checkpoint", "training.checkpoint"), ("console", "training.console"),
+    ("stats", "analysis.head_stats"), ("analysis", "analysis.run"), ("ablate", "analysis.ablate"),
+    ("convert", "analysis.convert"), ("patching", "analysis.patching"), ("plots", "analysis.plots"),
+    ("inference", "report.comparison"))}
 LOGGING_CLASSES = {
     "handlers": ("logging.StreamHandler", "logging.FileHandler", "logging.NullHandler",
                  "logging.handlers.RotatingFileHandler", "logging.handlers.TimedRotatingFileHandler",
@@ -221,6 +232,9 @@ def check_target(target: Any, key: str) -> None:
         raise ConfigError(f"{key}={target!r}: a _target_ must name a class literally")
     if target in ALLOWED_CLASSES or target in OWN_CLASSES:
         return
+    module, _, name = target.rpartition(".")
+    if module in MOVED:
+        raise ConfigError(f"{key}={target!r}: {module} moved to {MOVED[module]}; write {MOVED[module]}.{name}")
     obj = _resolve(target, key)
     if not inspect.isclass(obj):
         raise ConfigError(f"{key}={target!r}: {_what(obj)}, not a class; only classes may be named")
@@ -240,7 +254,7 @@ def _resolve(path: str, key: str) -> Any:
     package = path.split(".")[0]
     if package not in granted():
         raise ConfigError(f"{key}={path!r}: not an allowed class; allowed are mhalab's own classes, Lightning's "
-                          "loggers and callbacks, the Hydra launcher and sweeper plugins (mhalab.targets), and "
+                          "loggers and callbacks, the Hydra launcher and sweeper plugins (mhalab.config.targets), and "
                           f"classes of packages you grant: mhalab train --allow {package} (or MHALAB_ALLOW={package})")
     from hydra._internal.utils import _locate
 

@@ -7,7 +7,7 @@ every file), so a composer remembers both per choice of config groups: the jobs 
 values each cost one copy and their own overrides (milliseconds).
 
 `guard_sources()` makes a `pkg://` search path (`-cp pkg://x`, `hydra.searchpath=[pkg://x]`) name only mhalab,
-Hydra and its plugins, or a package the command line granted (`mhalab.targets.granted`): Hydra imports such a
+Hydra and its plugins, or a package the command line granted (`mhalab.config.targets.granted`): Hydra imports such a
 package to read it, so anything else is refused before it is imported.
 """
 
@@ -25,7 +25,7 @@ from mhalab.errors import ConfigError
 
 CONFIG_PATH = "pkg://mhalab.conf"
 CONFIG_NAME = "train"
-TASK_MODULE = "mhalab.train"  # the module of the task function: Hydra resolves a relative -cp against it
+TASK_MODULE = "mhalab.training.train"  # the module of the task function: Hydra resolves a relative -cp against it
 TRUSTED_PACKAGES = ("mhalab", "hydra", "hydra_plugins")  # config packages Hydra may import without a grant
 # Hydra's flags: what each does under mhalab (every flag of hydra-core 1.3's parser is named here)
 RUN_FLAGS = ("multirun", "run", "config_path", "config_name", "config_dir")
@@ -290,7 +290,7 @@ class GuardedPackageSource(ImportlibResourcesConfigSource):
     """Hydra's `pkg://` config source, refusing a package neither trusted nor granted before importing it."""
 
     def __init__(self, provider: str, path: str) -> None:
-        from mhalab.targets import granted
+        from mhalab.config.targets import granted
 
         name = path.removeprefix("pkg://")
         package = name.replace("/", ".").strip(".").split(".")[0]

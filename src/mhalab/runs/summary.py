@@ -1,4 +1,4 @@
-"""The run contract: `summary.json`, written by `mhalab.train` and read back by report, ablate, convert and plots.
+"""The run contract: `summary.json`, written by `mhalab.training.train` and read back by report, ablate, convert and plots.
 
 One dataclass, `RunSummary`, with a `schema_version`; `write_summary` and `read_summary` are the only code that
 touches the file. Paths inside it are relative to the run directory, so a copied run directory is self-contained.
@@ -38,7 +38,7 @@ class RunSummary:
     objective: str = ""
     overrides: list[str] = field(default_factory=list)  # the command line's config overrides
     config: dict[str, Any] = field(default_factory=dict)  # the composed config, resolved
-    architecture: dict[str, Any] = field(default_factory=dict)  # mhalab.schema.Architecture.to_dict()
+    architecture: dict[str, Any] = field(default_factory=dict)  # mhalab.config.schema.Architecture.to_dict()
     label_names: list[str] | None = None  # classification: the name of each class id
     metrics: dict[str, float] = field(default_factory=dict)  # train/*, val/* at the end of training
     test_metrics: dict[str, float] = field(default_factory=dict)  # test/* of the best checkpoint
@@ -87,7 +87,7 @@ def read_summary(run_dir: str | Path) -> RunSummary:
     """<run_dir>/summary.json, checked against RunSummary; ConfigError naming the file and field if it is not one."""
     path = Path(run_dir) / SUMMARY
     if not path.exists():
-        raise ConfigError(f"{path} does not exist: give the directory of a run written by mhalab.train")
+        raise ConfigError(f"{path} does not exist: give the directory of a run written by mhalab.training.train")
     if not path.is_file() or path.is_symlink():
         raise ConfigError(f"{path} is not a regular file (a link or a device); refusing to read it")
     size = path.stat().st_size
@@ -161,7 +161,7 @@ def _check_field(name: str, value: Any, where: str) -> None:
     elif name == "schema_version":
         bad = not isinstance(value, int)
     if bad:
-        raise ConfigError(f"{where}: field {name!r} does not have the type of a run summary (see mhalab.summary)")
+        raise ConfigError(f"{where}: field {name!r} does not have the type of a run summary (see mhalab.runs.summary)")
 
 
 def _number_or_none(v: Any) -> bool:

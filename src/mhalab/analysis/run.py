@@ -7,7 +7,7 @@
     cache["pattern", 0][:, 3]                           # (B, T, S): layer 0, head 3
     run.tokens(batch["input_ids"][0])                   # the tokens, for labelling a picture
 
-The checkpoint is loaded safely (`mhalab.checkpoint.load_module`); the data is the run's own, rebuilt from its
+The checkpoint is loaded safely (`mhalab.training.checkpoint.load_module`); the data is the run's own, rebuilt from its
 summary.json (the tokenized cache is reused).
 """
 
@@ -29,8 +29,8 @@ class Run:
     """A finished run: its directory, summary, module (an AttentionLitModule in eval mode) and datamodule."""
 
     dir: Path
-    summary: Any  # mhalab.summary.RunSummary
-    module: Any  # mhalab.module.AttentionLitModule
+    summary: Any  # mhalab.runs.summary.RunSummary
+    module: Any  # mhalab.training.module.AttentionLitModule
     data: Any  # mhalab.data.TextDataModule, set up
 
     @property
@@ -77,8 +77,8 @@ class Run:
 
 def open_run(run_dir: str | Path, checkpoint: str | Path | None = None, batch_size: int | None = None) -> Run:
     """Load a finished run: its summary, the checkpoint it tested (or `checkpoint`), and its data."""
-    from mhalab.checkpoint import build_data, load_module
-    from mhalab.summary import read_summary
+    from mhalab.training.checkpoint import build_data, load_module
+    from mhalab.runs.summary import read_summary
 
     run_dir = Path(run_dir)
     summary = read_summary(run_dir)

@@ -1,8 +1,8 @@
 """Runs before they start: composing and checking their configs, where they live, resuming and locking them.
 
 `preflight(argv)` runs before Hydra does anything: it composes the config of every job the command would run
-(a multirun's sweep expanded), refuses any `_target_` outside the allow-list (`mhalab.targets`), builds the typed
-config (`mhalab.schema`) so every value is checked, and settles `resume`. So a bad value, an unsafe target or a
+(a multirun's sweep expanded), refuses any `_target_` outside the allow-list (`mhalab.config.targets`), builds the typed
+config (`mhalab.config.schema`) so every value is checked, and settles `resume`. So a bad value, an unsafe target or a
 wrong resume is one sentence and exit 2, with no run directory, no file written and no code run. It imports no
 torch or Lightning, so it answers in about a second.
 
@@ -27,8 +27,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from mhalab.errors import ConfigError
-from mhalab.stopping import stops_as_a_whole
-from mhalab.summary import SUMMARY
+from mhalab.runs.stopping import stops_as_a_whole
+from mhalab.runs.summary import SUMMARY
 
 LAST = Path("checkpoints") / "last.ckpt"
 LOCK = ".lock"
@@ -66,8 +66,8 @@ def register_resolvers() -> None:
 
 def direction(metric: str) -> str:
     """The sweeper's direction for an optimized metric: minimize losses and bits per byte, maximize the rest
-    (`mhalab.inference.lower_is_better`, the one rule)."""
-    from mhalab.inference import lower_is_better
+    (`mhalab.report.comparison.lower_is_better`, the one rule)."""
+    from mhalab.report.comparison import lower_is_better
 
     return "minimize" if lower_is_better(str(metric)) else "maximize"
 
@@ -76,10 +76,10 @@ def direction(metric: str) -> str:
 
 def compose(overrides: list[str], config_dir: str | None = None, config_name: str | None = None) -> DictConfig:
     """The composed config (Hydra's node included) of a single run with these overrides, as `mhalab train` composes
-    it (`mhalab.compose.Composer`)."""
+    it (`mhalab.config.compose.Composer`)."""
     from argparse import Namespace
 
-    from mhalab.compose import Composer
+    from mhalab.config.compose import Composer
 
     register()
     register_resolvers()
@@ -89,24 +89,24 @@ def compose(overrides: list[str], config_dir: str | None = None, config_name: st
 
 
 def register() -> None:
-    from mhalab.schema import register as register_schema
+    from mhalab.config.schema import register as register_schema
 
     register_schema()
 
 
 def validate(cfg: DictConfig, plain: dict | None = None):
-    """The typed config (`mhalab.schema.TrainConfig`) of a composed one: every value and combination checked.
+    """The typed config (`mhalab.config.schema.TrainConfig`) of a composed one: every value and combination checked.
 
-    `plain`: the same config resolved (`mhalab.compose.resolved`); when the config was composed on the schema
+    `plain`: the same config resolved (`mhalab.config.compose.resolved`); when the config was composed on the schema
     (its types already checked by OmegaConf), the dataclasses are built from it directly, in a millisecond.
 
     `logger` and `callbacks` stay config nodes (their interpolations need the running job); their targets are
-    checked by `mhalab.targets.check_config`.
+    checked by `mhalab.config.targets.check_config`.
     """
     from omegaconf.errors import OmegaConfBaseException
 
-    from mhalab.compose import hydra_message
-    from mhalab.schema import TrainConfig
+    from mhalab.config.compose import hydra_message
+    from mhalab.config.schema import TrainConfig
 
     from mhalab.checks import check_finite
 
@@ -137,7 +137,7 @@ def _typed(cls, values: dict, prefix: str = ""):
     unknown = sorted(set(values) - set(hints))
     if unknown:
         raise ConfigError(f"{prefix}{unknown[0]}: no such key; the keys of {prefix.rstrip('.') or 'the config'} "
-                          f"are {', '.join(f.name for f in dataclasses.fields(cls))} (mhalab/schema.py)")
+                          f"are {', '.join(f.name for f in dataclasses.fields(cls))} (mhalab/config/schema.py)")
     kwargs = {}
     for f in dataclasses.fields(cls):
         if f.name not in values:
@@ -153,12 +153,12 @@ def _typed(cls, values: dict, prefix: str = ""):
 
 def check_job(cfg: DictConfig, run_dir: str | Path | None = None, files: tuple[str, ...] = ()):
     """Every check of one composed job config (Hydra's node included) that runs in `run_dir`: what may run
-    (`mhalab.targets`), where it may write (`mhalab.writes`), every value (`mhalab.schema`), its input files and
+    (`mhalab.config.targets`), where it may write (`mhalab.config.writes`), every value (`mhalab.config.schema`), its input files and
     the machine. `files`: the config files that set `allowed_targets`, to name them. Returns its TrainConfig."""
-    from mhalab.compose import resolved
-    from mhalab.targets import (check_config, check_launcher_text, check_logging, check_no_grant_in_config,
+    from mhalab.config.compose import resolved
+    from mhalab.config.targets import (check_config, check_launcher_text, check_logging, check_no_grant_in_config,
                                 check_resolved)
-    from mhalab.writes import check_writes
+    from mhalab.config.writes import check_writes
 
     check_no_grant_in_config(cfg, list(files))
     check_config(cfg)
@@ -239,8 +239,8 @@ class Plan:
     jobs: list[tuple[list[str], Any]]  # (overrides, TrainConfig)
     resume_dir: Path | None = None
     show_only: bool = False  # Hydra prints something (--cfg, --info, --hydra-help) and runs no job
-    sweep_dir: Path | None = None  # a sweep that stops as a whole (`mhalab.stopping.stops_as_a_whole`)
-    composer: Any = None  # a single run's open `mhalab.compose.Composer` (`keep_composer`): `launch_run` runs it
+    sweep_dir: Path | None = None  # a sweep that stops as a whole (`mhalab.runs.stopping.stops_as_a_whole`)
+    composer: Any = None  # a single run's open `mhalab.config.compose.Composer` (`keep_composer`): `launch_run` runs it
     mode: Any = None  # the single run's `hydra.mode` as composed (None unless a config sets it)
 
     def close(self) -> None:
@@ -252,12 +252,12 @@ class Plan:
 def preflight(argv: list[str], task_function=None, keep_composer: bool = False) -> Plan:
     """Check everything a command would run before Hydra starts, on the configs Hydra will compose.
 
-    `--allow PKG` is taken out of argv and granted (`mhalab.targets.grant`); `task_function`: the function
-    `hydra.main` will run (a relative -cp is found beside its module), `mhalab.train.run` when None.
+    `--allow PKG` is taken out of argv and granted (`mhalab.config.targets.grant`); `task_function`: the function
+    `hydra.main` will run (a relative -cp is found beside its module), `mhalab.training.train.run` when None.
     `keep_composer`: a single run's plan keeps its composer open, so the run composes on what the preflight
     composed (`Plan.composer`, closed by `Plan.close`)."""
-    from mhalab.compose import Composer, parse_args, shows_only
-    from mhalab.targets import grant, split_allow
+    from mhalab.config.compose import Composer, parse_args, shows_only
+    from mhalab.config.targets import grant, split_allow
 
     packages, argv = split_allow(list(argv))
     grant(packages)
@@ -270,7 +270,7 @@ def preflight(argv: list[str], task_function=None, keep_composer: bool = False) 
     try:
         if shows_only(args):  # nothing runs, but what is composed must be safe to compose and print
             cfg = composer.run_config(overrides)
-            from mhalab.targets import check_config, check_no_grant_in_config
+            from mhalab.config.targets import check_config, check_no_grant_in_config
 
             check_no_grant_in_config(cfg, composer.files_setting("allowed_targets"))
             check_config(cfg)
@@ -331,7 +331,7 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from mhalab.slurm import check_launcher
+    from mhalab.runs.slurm import check_launcher
 
     master = composer.sweep_config(overrides)
     sweep_dir = str(OmegaConf.select(master, "hydra.sweep.dir"))
@@ -344,7 +344,7 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
         check_sweep_direction(master, tc.optimized_metric)
         check_writable(Path(tc.paths.log_dir), "paths.log_dir")
         return Plan(list(argv), True, [(overrides, tc)])
-    from mhalab.targets import check_config, check_no_grant_in_config
+    from mhalab.config.targets import check_config, check_no_grant_in_config
 
     check_no_grant_in_config(master, list(_files(composer, master)))
     check_config(master)  # the launcher and Hydra's callbacks, before any job
@@ -454,7 +454,7 @@ def differences(a: dict | None, b: dict, prefix: str = "") -> list[str]:
 
 def run_status(run_dir: Path) -> str | None:
     """The status in a run's summary.json ("ok", "failed", "interrupted"), or None without a readable one."""
-    from mhalab.summary import read_summary
+    from mhalab.runs.summary import read_summary
 
     if not (run_dir / SUMMARY).is_file():
         return None
@@ -541,7 +541,7 @@ class RunLock:
     def acquire(self) -> None:
         """Take the lock, or ConfigError naming its holder. A requeued SLURM job waits up to REQUEUE_WAIT_S for it:
         SLURM may start the job again while its previous start is still saving and exiting."""
-        from mhalab.slurm import requeued
+        from mhalab.runs.slurm import requeued
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)

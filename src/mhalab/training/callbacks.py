@@ -6,7 +6,7 @@
 - `ProgressLog`: a log line every n steps when there is no progress bar to watch (files, nohup, SLURM).
 - `LastCheckpoint`: `checkpoints/last.ckpt` at every checkpoint event, every n steps and on demand.
 - `StepSeed`: every random draw of a training step comes from (seed, step), never from what ran before.
-- `GracefulStop`: a stop signal (`mhalab.stopping`) stops training at the next step boundary with a checkpoint.
+- `GracefulStop`: a stop signal (`mhalab.runs.stopping`) stops training at the next step boundary with a checkpoint.
 - `FaultInjection`: deliberate crashes for the recovery tests.
 """
 
@@ -26,13 +26,13 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint
 from torch import Tensor
 
-from mhalab import faults
-from mhalab import stats as S
+from mhalab.runs import faults
+from mhalab.analysis import head_stats as S
 from mhalab.errors import ConfigError
 from mhalab.heads import head_label
-from mhalab.runs import LAST
-from mhalab.schema import StatsConfig
-from mhalab.stopping import SIGNALS, Interrupted
+from mhalab.runs.preflight import LAST
+from mhalab.config.schema import StatsConfig
+from mhalab.runs.stopping import SIGNALS, Interrupted
 
 log = logging.getLogger("mhalab")
 
@@ -43,7 +43,7 @@ class HeadStatsCallback(L.Callback):
     its backend), logged as `attn/L{l}H{h}/{stat}`, `attn/L{l}/{stat}_mean` and the GQA group similarity
     `attn/L{l}/within_group_jsd` / `between_group_jsd`. Besides the built-in statistics: TransformerLens's head
     detector scores on random tokens repeated once (`stats.detector_len`), and your own (`stats.extra`, see
-    `mhalab.stats.HeadStatistic`). At the end of training: importance (Michel et al. 2019) on validation batches and the
+    `mhalab.analysis.head_stats.HeadStatistic`). At the end of training: importance (Michel et al. 2019) on validation batches and the
     pictures in <run_dir>/plots, also sent to the loggers as images. A failure there is logged and recorded in
     `summary()`, never fatal.
     """
@@ -77,7 +77,7 @@ class HeadStatsCallback(L.Callback):
     def measure(self, pl_module) -> tuple[dict[str, Tensor], dict[str, Tensor], list[Tensor]]:
         """(stats {stat: (L, H)}, groups {key: (L,)}, weights per layer) of the probe batch, in the parameters'
         dtype: an autocast around the call (a mixed-precision run) is turned off for it (`float32_pass`)."""
-        from mhalab.evaluation import float32_pass
+        from mhalab.training.evaluation import float32_pass
 
         with float32_pass(pl_module):
             return self._measure(pl_module)
@@ -133,7 +133,7 @@ class HeadStatsCallback(L.Callback):
             self.update(pl_module)
 
     def finish(self, trainer, pl_module) -> None:
-        """The end-of-training extras: a last measurement, importance and pictures (called by mhalab.train once the
+        """The end-of-training extras: a last measurement, importance and pictures (called by mhalab.training.train once the
         final weights are known)."""
         if not (self.cfg.enabled and trainer.is_global_zero):
             return
@@ -152,7 +152,7 @@ class HeadStatsCallback(L.Callback):
             self.errors.append(message)
 
     def _importance(self, trainer, pl_module) -> None:
-        from mhalab.evaluation import importance
+        from mhalab.training.evaluation import importance
 
         batches = []
         for batch in trainer.datamodule.val_dataloader():
@@ -162,7 +162,7 @@ class HeadStatsCallback(L.Callback):
         self.importance = importance(pl_module, batches or [self.probe])
 
     def draw(self, pl_module) -> None:
-        from mhalab import plots
+        from mhalab.analysis import plots
 
         self.plot_dir.mkdir(parents=True, exist_ok=True)
         matrices = dict(self.stats)
@@ -293,7 +293,7 @@ class StepSeed(L.Callback):
 
 
 class GracefulStop(Checkpoint):
-    """Stops a run cleanly on a stop signal (`mhalab.stopping`) or when its sweep is stopped (`sweep_dir`): during
+    """Stops a run cleanly on a stop signal (`mhalab.runs.stopping`) or when its sweep is stopped (`sweep_dir`): during
     training at the next step boundary, or at the end of the validation that follows it, after `LastCheckpoint` saved
     the state (a `Checkpoint` placed after it, Lightning calls this last); outside training (data preparation, test)
     at once. `Interrupted` carries the exit status. `install()` around the whole run; Lightning replaces signal
@@ -346,7 +346,7 @@ class FaultInjection(L.Callback):
 
     kill_at_step: SIGKILL this process before optimizer step N (a crash mid-epoch, nothing flushed).
     nan_at_step: fill one weight with NaN before step N, so the loss turns NaN through the real code path.
-    kill_at: SIGKILL at a named point (see `mhalab.faults.POINTS`), armed for the whole process.
+    kill_at: SIGKILL at a named point (see `mhalab.runs.faults.POINTS`), armed for the whole process.
     """
 
     def __init__(self, kill_at_step: int | None = None, nan_at_step: int | None = None, kill_at: str | None = None):

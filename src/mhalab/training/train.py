@@ -1,13 +1,13 @@
-"""Training: `mhalab train [overrides]` (also `python -m mhalab.train`, `mhalab-train`).
+"""Training: `mhalab train [overrides]` (also `python -m mhalab train`, `mhalab-train`).
 
 Composes conf/train.yaml (in the package; add your own folder with --config-dir), checks every job before anything
-is written (`mhalab.runs.preflight`), then for each job: builds the data and the model, trains with Lightning,
-validates at the end, tests the best checkpoint and writes <run_dir>/summary.json (`mhalab.summary.RunSummary`).
+is written (`mhalab.runs.preflight.preflight`), then for each job: builds the data and the model, trains with Lightning,
+validates at the end, tests the best checkpoint and writes <run_dir>/summary.json (`mhalab.runs.summary.RunSummary`).
 
 Exit status: 0 on success (and when asked to resume a run that has finished); 2 for a config or input error (one
 sentence on stderr, no run directory left behind); 1 when training fails (a NaN loss, a full disk: summary.json
 then says "failed" and why); 128 + the signal when stopped by SIGINT (130), SIGTERM (143) or SIGUSR1/2, after a
-checkpoint and an "interrupted" summary, with the command that resumes the run (`mhalab.stopping`; also during
+checkpoint and an "interrupted" summary, with the command that resumes the run (`mhalab.runs.stopping`; also during
 start-up). In a multirun a failing job records its failure in its own summary.json and the sweep goes on; a grid
 sweep on this machine stops as a whole, with one line and the command that resumes the sweep.
 """
@@ -27,14 +27,14 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from mhalab import slurm, stopping
-from mhalab.compose import parse_args
-from mhalab.console import header, quiet_lightning, result_line, usage, warn_if_repeating
+from mhalab.runs import slurm, stopping
+from mhalab.config.compose import parse_args
+from mhalab.training.console import header, quiet_lightning, result_line, usage, warn_if_repeating
 from mhalab.errors import ConfigError
-from mhalab.runs import (LAST, Finished, RunLock, launcher_rank, new_command, preflight, register_resolvers,
+from mhalab.runs.preflight import (LAST, Finished, RunLock, launcher_rank, new_command, preflight, register_resolvers,
                          remove_stale_temporaries, run_status, validate)
-from mhalab.schema import register
-from mhalab.summary import RunSummary, read_summary, write_summary
+from mhalab.config.schema import register
+from mhalab.runs.summary import RunSummary, read_summary, write_summary
 
 log = logging.getLogger("mhalab")
 CONFIG_PATH = "pkg://mhalab.conf"
@@ -138,9 +138,9 @@ def run(cfg: DictConfig) -> float | None:
 def _check_running_job(cfg: DictConfig, hc, run_dir: Path):
     """The preflight's checks again on the config Hydra gave this job (what mhalab instantiates, where it writes,
     every value), then record what the run computes for `resume` to match on. Returns its TrainConfig."""
-    from mhalab.runs import defining, write_defining
-    from mhalab.targets import check_config, check_resolved
-    from mhalab.writes import check_writes
+    from mhalab.runs.preflight import defining, write_defining
+    from mhalab.config.targets import check_config, check_resolved
+    from mhalab.config.writes import check_writes
 
     check_config(cfg)
     plain = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
@@ -164,17 +164,17 @@ class _Stop(Exception):
 
 def train(tc, run_dir: Path, overrides: list[str], sweep_dir: Path | None = None) -> RunSummary:
     """Everything after validation; returns the summary, also written to run_dir/summary.json. `sweep_dir`: the
-    sweep this job stops with (`mhalab.stopping`)."""
+    sweep this job stops with (`mhalab.runs.stopping`)."""
     if launcher_rank() == 0:  # seconds pass before the header: say so at once
         log.info("mhalab: config checked; loading torch and Lightning, then the data")
     import lightning as L
     import torch
 
-    from mhalab.callbacks import GracefulStop, LastCheckpoint, StepSeed, FaultInjection
-    from mhalab.checkpoint import AtomicCheckpointIO
+    from mhalab.training.callbacks import GracefulStop, LastCheckpoint, StepSeed, FaultInjection
+    from mhalab.training.checkpoint import AtomicCheckpointIO
     from mhalab.cost import model_cost, precision_bytes
     from mhalab.data import build_datamodule
-    from mhalab.module import AttentionLitModule
+    from mhalab.training.module import AttentionLitModule
 
     quiet_lightning()
     t_start = time.perf_counter()
@@ -257,7 +257,7 @@ def train(tc, run_dir: Path, overrides: list[str], sweep_dir: Path | None = None
                       "stopped_early": tc.endpoint.stop_at_threshold and threshold_step == trainer.global_step})
         if trainer.is_global_zero:
             write_summary(run_dir, summary)
-        from mhalab import faults
+        from mhalab.runs import faults
 
         faults.point("after_summary")
         return summary

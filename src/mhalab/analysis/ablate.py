@@ -16,7 +16,7 @@ so no head is judged on the data that ranked it:
 Across checkpoints, at every pruned fraction: the importance curve's mean with its 95% interval over seeds, the band
 of the random orders (10th to 90th percentile of all seeds x orders), and the differences importance minus random
 (each seed against the mean of its own random orders) and importance minus the ablation order, paired by checkpoint
-(exact sign-flip test), Holm-adjusted over all levels and both comparisons (`mhalab.inference`).
+(exact sign-flip test), Holm-adjusted over all levels and both comparisons (`mhalab.report.comparison`).
 Outputs in `--out` (default `<run_dir of the first checkpoint>/ablation`): heads.md/.csv, pruning.md/.csv,
 ablation.json, ablation_heatmap.png, pruning_curve.png.
 """
@@ -32,16 +32,16 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import Tensor
 
-from mhalab.checkpoint import build_data, load_module, load_run, require_files
+from mhalab.training.checkpoint import build_data, load_module, load_run, require_files
 from mhalab.checks import check_int, check_number
-from mhalab.console import each_with_progress
+from mhalab.training.console import each_with_progress
 from mhalab.errors import ConfigError
-from mhalab.evaluation import eval_mode, evaluate, headline, importance, split_batches
+from mhalab.training.evaluation import eval_mode, evaluate, headline, importance, split_batches
 from mhalab.heads import head_label
 from mhalab.hooks import act_name, hooks
-from mhalab.inference import holm, lower_is_better, mean_ci, paired
+from mhalab.report.comparison import holm, lower_is_better, mean_ci, paired
 from mhalab.report.tables import Table, write_csv
-from mhalab.plots import new_figure
+from mhalab.analysis.plots import new_figure
 
 def _by_layer(heads: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
     selected: dict[int, list[int]] = {}
