@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mhalab.config.schema import Architecture, AttentionConfig, ModelConfig
+from mhalab.architecture import Architecture, AttentionConfig, ModelConfig
 
 REPO = Path(__file__).resolve().parents[1]
 # Tiny model and data so one run takes seconds on 2 CPU cores.

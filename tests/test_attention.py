@@ -266,7 +266,7 @@ def test_kv_cache_takes_the_compute_dtype_under_a_bf16_autocast(pos):
     bytes are what mhalab.cost prices at 2 bytes per element, and decoding still equals a full forward pass."""
     from mhalab.cost import kv_cache_bytes
     from mhalab.model import LanguageModel
-    from mhalab.config.schema import Architecture, AttentionConfig, ModelConfig
+    from mhalab.architecture import Architecture, AttentionConfig, ModelConfig
 
     arch = Architecture(vocab_size=41, objective="clm",
                         model=ModelConfig(d_model=32, n_layers=2, d_ff=64, dropout=0.0, max_len=32, pos=pos),

@@ -18,7 +18,7 @@ from mhalab.bench.timing import interleaved, sdpa_kernels
 from mhalab.cost import (attention_peak_bytes, decode_step_bytes, encoder_flops, kv_cache_bytes, measured_flops,
                          train_flops)
 from mhalab.model import LanguageModel, build_model
-from mhalab.config.schema import Architecture, AttentionConfig, ModelConfig
+from mhalab.architecture import Architecture, AttentionConfig, ModelConfig
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPES = [  # d_model, n_heads, d_head, n_kv_heads, n, batch

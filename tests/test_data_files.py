@@ -46,6 +46,21 @@ def test_classification_file_replaces_hub_task(fmt, tmp_path, monkeypatch):
     assert text.startswith("headline number")
 
 
+def test_data_file_takes_its_classes_from_the_file(tmp_path, monkeypatch):
+    """`data=file data.path=...`: no task to borrow from; string labels are the class names, sorted."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    records = [{"text": f"review {i}", "label": ("bad", "good", "meh")[i % 3]} for i in range(60)]
+    dm = setup_dm(tmp_path, task="file", path=write(tmp_path / "reviews.csv", records, "csv"))
+    assert dm.objective == "classification" and dm.n_classes == 3 and dm.label_names == ["bad", "good", "meh"]
+    assert dm.task == "file:reviews.csv"
+    with pytest.raises(ConfigError, match="data.task=file needs data.path"):
+        build_datamodule({"task": "file"})
+    ints = write(tmp_path / "ints.csv", rows(40, 2), "csv")
+    with pytest.raises(ConfigError, match="integer labels need data.n_classes"):
+        setup_dm(tmp_path, task="file", path=ints)
+    assert setup_dm(tmp_path, task="file", path=ints, n_classes=2).n_classes == 2
+
+
 def test_text_file_for_language_modelling(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     path = tmp_path / "corpus.txt"

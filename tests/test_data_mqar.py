@@ -4,10 +4,8 @@ import numpy as np
 import pytest
 
 from mhalab.data import mqar
-from mhalab.data.mqar import (
-    ID_OFFSET, IGNORE_INDEX, chance_accuracy, generate_mqar, generate_mqar_splits, majority_accuracy,
-    model_vocab_size, overlap_fraction, split_seeds,
-)
+from mhalab.data.mqar import (ID_OFFSET, IGNORE_INDEX, chance_accuracy, generate_mqar, generate_mqar_splits,
+                              majority_accuracy, model_vocab_size, overlap_fraction, split_seeds)
 from mhalab.errors import ConfigError
 
 V, L, P = 64, 32, 4  # small MQAR: 31 key ids, 32 value ids, 12 query slots

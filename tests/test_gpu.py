@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from mhalab.attention import MultiHeadAttention
-from mhalab.config.schema import Architecture, AttentionConfig, ModelConfig, OptimConfig, StatsConfig
+from mhalab.architecture import Architecture, AttentionConfig, ModelConfig
+from mhalab.config.schema import OptimConfig, StatsConfig
 
 DEVICE = "cpu" if os.environ.get("MHALAB_GPU_TESTS_ON_CPU") == "1" else "cuda"
 pytestmark = [pytest.mark.gpu,

@@ -8,7 +8,7 @@ from conftest import arch
 from mhalab.errors import ConfigError
 from mhalab.hooks import run_with_cache
 from mhalab.model import LanguageModel, SequenceClassifier, build_model
-from mhalab.config.schema import Architecture
+from mhalab.architecture import Architecture
 
 torch.manual_seed(0)
 
@@ -136,7 +136,7 @@ def test_partial_rotary_rotates_only_the_first_features_and_rope_base_changes_th
 
 def test_param_match_sets_d_ff_to_the_reference_parameter_count():
     from mhalab.cost import encoder_params
-    from mhalab.config.schema import ParamMatch
+    from mhalab.architecture import ParamMatch
 
     mha = tiny(n_heads=8, d_head=8, d_model=64, d_ff=256)
     mqa = tiny(n_heads=8, n_kv_heads=1, d_head=8, d_model=64, d_ff=256,

@@ -8,7 +8,8 @@ import sys
 import pytest
 import torch
 
-from mhalab.analysis.plots import attention_figure, main, plot_attention_maps, plot_stat_heatmaps, stat_figure, tick_positions
+from mhalab.analysis.plots import (attention_figure, main, plot_attention_maps, plot_stat_heatmaps, stat_figure,
+                                   tick_positions)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

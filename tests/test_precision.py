@@ -13,7 +13,8 @@ from conftest import summaries
 
 from mhalab.cost import kv_cache_bytes
 from mhalab.training.module import adamw_kwargs
-from mhalab.config.schema import Architecture, AttentionConfig, ModelConfig, OptimConfig, StatsConfig
+from mhalab.architecture import Architecture, AttentionConfig, ModelConfig
+from mhalab.config.schema import OptimConfig, StatsConfig
 from mhalab.analysis.head_stats import DETECTOR_NAMES, STAT_NAMES
 
 

@@ -5,7 +5,8 @@ import pytest
 
 from mhalab.errors import ConfigError
 from mhalab.runs.preflight import compose, preflight, validate
-from mhalab.config.schema import AttentionConfig, TrainConfig
+from mhalab.architecture import AttentionConfig
+from mhalab.config.schema import TrainConfig
 
 
 @pytest.fixture
@@ -42,7 +43,8 @@ def test_yaml_holds_only_values_that_differ_from_the_schema(root):
     """A group file repeating a schema default would be a second place for that default."""
     import dataclasses
 
-    from mhalab.config.schema import ModelConfig, OptimConfig, StatsConfig, TrainerConfig
+    from mhalab.architecture import ModelConfig
+    from mhalab.config.schema import OptimConfig, StatsConfig, TrainerConfig
 
     defaults = {"model": ModelConfig(), "optim": OptimConfig(), "stats": StatsConfig(), "trainer": TrainerConfig(),
                 "attention": AttentionConfig()}

@@ -6,15 +6,9 @@ from torch import nn
 
 from mhalab.analysis.ablate import zero_heads
 from mhalab.hooks import call_hooks
-from mhalab.analysis.head_stats import (
-    DETECTOR_NAMES, detection_patterns, detector_scores, repeated_random_tokens,
-    STAT_NAMES,
-    head_importance,
-    head_similarity,
-    head_stats,
-    kv_group_similarity,
-    layer_stats,
-)
+from mhalab.analysis.head_stats import (DETECTOR_NAMES, detection_patterns, detector_scores, repeated_random_tokens,
+                                        STAT_NAMES, head_importance, head_similarity, head_stats, kv_group_similarity,
+                                        layer_stats)
 
 
 def one_hot_rows(targets, S):

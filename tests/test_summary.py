@@ -10,7 +10,8 @@ import torch
 
 from mhalab.training.checkpoint import load_checkpoint, load_module
 from mhalab.errors import ConfigError
-from mhalab.runs.summary import MAX_BYTES, SCHEMA_VERSION, RunSummary, from_dict, head_matrix, read_summary, write_summary
+from mhalab.runs.summary import (MAX_BYTES, SCHEMA_VERSION, RunSummary, from_dict, head_matrix, read_summary,
+                                 write_summary)
 
 
 def nested(depth: int) -> dict:

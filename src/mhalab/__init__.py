@@ -20,10 +20,11 @@ __version__ = "0.1.0"
 _PUBLIC = {  # name -> the module that defines it
     "MultiHeadAttention": "mhalab.attention", "KVCache": "mhalab.attention",
     "build_model": "mhalab.model", "SequenceClassifier": "mhalab.model", "LanguageModel": "mhalab.model",
-    "Architecture": "mhalab.config.schema",
+    "Architecture": "mhalab.architecture",
     "run_with_cache": "mhalab.hooks", "run_with_hooks": "mhalab.hooks",
     "act_name": "mhalab.hooks", "hook_names": "mhalab.hooks", "ActivationCache": "mhalab.hooks",
-    "head_stats": "mhalab.analysis.head_stats", "head_importance": "mhalab.analysis.head_stats", "HeadStatistic": "mhalab.analysis.head_stats",
+    "head_stats": "mhalab.analysis.head_stats", "head_importance": "mhalab.analysis.head_stats",
+    "HeadStatistic": "mhalab.analysis.head_stats",
     "detector_scores": "mhalab.analysis.head_stats",
     "zero_heads": "mhalab.analysis.ablate", "MeanAblation": "mhalab.analysis.ablate",
     "patch_heads": "mhalab.analysis.patching", "patch": "mhalab.analysis.patching",

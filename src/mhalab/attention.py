@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from mhalab.checks import check_choice, check_int, check_number
 from mhalab.heads import kv_head_of, resolve_heads
 from mhalab.hooks import PATTERN_POINTS, call_hooks
-from mhalab.config.schema import BACKENDS
+from mhalab.architecture import BACKENDS
 
 
 class KVCache:

@@ -2,15 +2,11 @@
 
 Conventions (docs/definitions.md#cost-model): one sequence of n tokens, forward pass, a multiply-add = 2 FLOPs,
 matmuls only (bias adds, softmax, norms and GELU are not counted, as torch's FlopCounterMode does not count them).
-The one place these numbers come from: training logs, MFU and the benchmarks all call it.
+The one place these numbers come from: training logs, MFU and the benchmarks all call it. `arch` is an
+`mhalab.architecture.Architecture` (this module imports none of mhalab: the architecture imports it).
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # annotations only, so the torch-free core imports no config (mhalab.config.schema imports this)
-    from mhalab.config.schema import Architecture
 
 
 def attention_flops(n: int, d_model: int, n_heads: int, d_head: int, n_kv_heads: int | None = None,
@@ -64,7 +60,7 @@ def feedforward_flops(n: int, d_model: int, d_ff: int) -> int:
     return 2 * 2 * n * d_model * d_ff
 
 
-def encoder_flops(arch: Architecture, n: int) -> dict[str, int]:
+def encoder_flops(arch, n: int) -> dict[str, int]:
     """Forward FLOPs of the whole model on one sequence of n tokens.
 
     Parts: attention (all layers), feedforward (all layers), head (classifier on one pooled vector, or the
@@ -81,7 +77,7 @@ def encoder_flops(arch: Architecture, n: int) -> dict[str, int]:
     return {"attention": attn, "feedforward": ff, "head": head, "total": total, "per_token": total / n}
 
 
-def encoder_params(arch: Architecture) -> int:
+def encoder_params(arch) -> int:
     """Trainable parameters of `build_model(arch)` (closed form; the tests check it)."""
     m, a = arch.model, arch.attention
     d, b = m.d_model, int(m.bias)
@@ -98,7 +94,7 @@ def encoder_params(arch: Architecture) -> int:
     return embed + m.n_layers * block + final_norm + head
 
 
-def model_cost(arch: Architecture, seq_len: int, bytes_per_element: int = 4) -> dict[str, float]:
+def model_cost(arch, seq_len: int, bytes_per_element: int = 4) -> dict[str, float]:
     """The figures a run logs: parameters, forward FLOPs per token at seq_len, KV-cache bytes per token."""
     flops = encoder_flops(arch, seq_len)
     return {
@@ -120,7 +116,7 @@ def memory_estimate(train_cfg) -> int:
     return training_bytes(arch, d.batch_size, d.max_len, probe)
 
 
-def training_bytes(arch: Architecture, batch_size: int, seq_len: int, probe_size: int = 0) -> int:
+def training_bytes(arch, batch_size: int, seq_len: int, probe_size: int = 0) -> int:
     """Bytes of float32 training at least: parameters, gradients and AdamW's two moments, the positional tables,
     the activations of one batch (about 16 d_model + 2 d_ff + 3 H*D floats per token per layer, plus the logits of
     a language model) and the (H, T, T) weights per layer that a statistics probe of probe_size examples holds."""
@@ -135,7 +131,7 @@ def training_bytes(arch: Architecture, batch_size: int, seq_len: int, probe_size
     return 4 * (4 * encoder_params(arch) + tables + activations + probe)
 
 
-def train_flops(arch: Architecture, n: int) -> int:
+def train_flops(arch, n: int) -> int:
     """Forward+backward FLOPs of the whole model on one sequence of n tokens: 3x the forward matmuls (the backward
     computes the gradients of inputs and weights, two matmuls per forward one). Model FLOPs, as MFU counts them."""
     return 3 * encoder_flops(arch, n)["total"]
@@ -166,7 +162,7 @@ def attention_peak_bytes(n: int, d_model: int, n_heads: int, d_head: int, backen
     return act + (scores if backend == "math" else 0)
 
 
-def decode_step_bytes(arch: Architecture, n_tokens: int, batch_size: int = 1, bytes_per_element: int = 4) -> int:
+def decode_step_bytes(arch, n_tokens: int, batch_size: int = 1, bytes_per_element: int = 4) -> int:
     """The fewest bytes one incremental-decoding step must read: every weight once (the tied LM head reads the whole
     token embedding) except the positional table, of which one row is used, plus the whole KV cache of n_tokens."""
     m, a = arch.model, arch.attention

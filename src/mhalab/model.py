@@ -7,15 +7,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mhalab.attention import KVCache, MultiHeadAttention
-from mhalab.config.schema import Architecture
+from mhalab.architecture import Architecture
+
+
+@contextlib.contextmanager
+def eval_mode(module: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """`module.eval()` for the duration, then its previous mode back (also after an error)."""
+    was_training = module.training
+    module.eval()
+    try:
+        yield module
+    finally:
+        module.train(was_training)
 
 
 def sinusoidal_table(max_len: int, d_model: int) -> Tensor:

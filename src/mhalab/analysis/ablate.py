@@ -36,7 +36,8 @@ from mhalab.training.checkpoint import build_data, load_module, load_run, requir
 from mhalab.checks import check_int, check_number
 from mhalab.training.console import each_with_progress
 from mhalab.errors import ConfigError
-from mhalab.training.evaluation import eval_mode, evaluate, headline, importance, split_batches
+from mhalab.model import eval_mode
+from mhalab.training.evaluation import evaluate, headline, importance, split_batches
 from mhalab.heads import head_label
 from mhalab.hooks import act_name, hooks
 from mhalab.report.comparison import holm, lower_is_better, mean_ci, paired

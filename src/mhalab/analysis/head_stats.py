@@ -242,7 +242,7 @@ def head_importance(model, batches, loss_fn, normalize: bool = True) -> Tensor:
 def probe_cache(module, batch, points=("pattern",)):
     """The cache (`mhalab.hooks.ActivationCache`) of the hook points named in `points` ("pattern", "z", ...) of every
     layer on one batch: a no-grad pass in eval mode, `module(batch)` as an AttentionLitModule is called."""
-    from mhalab.training.evaluation import eval_mode
+    from mhalab.model import eval_mode
     from mhalab.hooks import run_with_cache
 
     wanted = {f"hook_{p.removeprefix('hook_')}" for p in points}

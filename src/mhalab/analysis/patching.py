@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from mhalab.training.evaluation import eval_mode, evaluate
+from mhalab.model import eval_mode
+from mhalab.training.evaluation import evaluate
 from mhalab.hooks import act_name, hooks, run_with_cache
 
 

@@ -13,7 +13,8 @@ from typing import List, Optional
 
 from mhalab.checks import check_choice, check_int, check_number
 from mhalab.errors import ConfigError
-from mhalab.config.schema import BACKENDS, StatsConfig
+from mhalab.architecture import BACKENDS
+from mhalab.config.schema import StatsConfig
 
 DTYPES = ("float32", "bfloat16", "float16")
 SECTIONS = ("scaling", "equal_cost", "decode")
@@ -238,7 +239,7 @@ class ThroughputConfig(MachineConfig):
 
     def architecture(self, n_heads: int):
         """The Architecture both models of one comparison are built from."""
-        from mhalab.config.schema import Architecture, AttentionConfig, ModelConfig
+        from mhalab.architecture import Architecture, AttentionConfig, ModelConfig
 
         model = ModelConfig(d_model=self.d_model, n_layers=self.n_layers, d_ff=self.d_ff, dropout=self.dropout,
                             norm=self.norm, pos=self.pos, max_len=self.seq_len, pooling=self.pooling)

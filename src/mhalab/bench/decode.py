@@ -19,7 +19,7 @@ import torch
 from mhalab.bench.timing import MIB, median, memory_limit, out_of_memory, release, resolve_dtype, size, sync
 from mhalab.cost import attention_peak_bytes, decode_step_bytes, encoder_params, kv_cache_bytes
 from mhalab.model import LanguageModel
-from mhalab.config.schema import Architecture, AttentionConfig, ModelConfig
+from mhalab.architecture import Architecture, AttentionConfig, ModelConfig
 
 
 def decode_arch(spec: dict, max_len: int) -> Architecture:

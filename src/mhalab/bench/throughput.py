@@ -30,7 +30,7 @@ from mhalab.bench.timing import interleaved, loadavg, measure_peak_flops, median
 from mhalab.cost import encoder_params, train_flops
 from mhalab.training.evaluation import mean_cross_entropy
 from mhalab.model import build_model
-from mhalab.config.schema import Architecture
+from mhalab.architecture import Architecture
 
 
 class TorchEncoderStack(nn.Module):

@@ -23,7 +23,7 @@ class TaskInfo:
     """What a task is: its default objective, where its text comes from and its classes."""
 
     objective: str
-    source: str  # "bbc_news" | "listops" | "hub" | "mqar" | "qgram_ar" | "user"
+    source: str  # "bbc_news" | "listops" | "hub" | "mqar" | "qgram_ar" | "user" | "file" (data.path only)
     label_names: tuple[str, ...] | None = None  # None: a language-modelling-only task
     hub_repo: str | None = None
     hub_config: str | None = None
@@ -44,6 +44,7 @@ TASKS: dict[str, TaskInfo] = {
     "tiny_shakespeare": TaskInfo("clm", "hub", None, "karpathy/tiny_shakespeare"),
     "mqar": TaskInfo("clm", "mqar", default_tokenizer="ids"),
     "qgram_ar": TaskInfo("clm", "qgram_ar", default_tokenizer="ids"),
+    "file": TaskInfo("classification", "file"),  # your own data.path; string labels name the classes
 }
 SYNTHETIC = ("mqar", "qgram_ar")  # pre-tokenized: token ids and per-position labels come from a generator
 
@@ -107,7 +108,7 @@ class DataConfig:
     """Every key of the ``data`` node."""
 
     task: str = "bbc_news"  # bbc_news | bbc_news_mlm | listops | mqar | qgram_ar | ag_news | imdb | sst2 | wikitext2 |
-    #                         tiny_shakespeare, or the name of your own task (with `source`)
+    #                         tiny_shakespeare | file (data.path), or the name of your own task (with `source`)
     source: Optional[Any] = None  # your own task: {_target_: your_package.YourTask, ...} (mhalab.data.tasks.Task)
     objective: Optional[str] = None  # classification | mlm | clm; None: the task's own
     path: Any = None  # local file(s) replacing the task's source: a file, a list, or {train: ..., validation: ...}
@@ -199,7 +200,11 @@ class DataConfig:
             out.cache_dir = os.path.join(os.getcwd(), ".cache", "mhalab")
         if "${" in str(out.cache_dir):
             raise ConfigError(f"data.cache_dir={out.cache_dir!r} is an unresolved interpolation; give a directory")
-        if out.objective == "classification" and info.label_names is None and out.n_classes is None:
+        if info.source == "file" and out.path is None:
+            raise ConfigError("data.task=file needs data.path: a file, a list of files or {train: ..., validation: "
+                              "..., test: ...} (CSV/TSV, JSON/JSONL, text or Parquet), e.g. data=file data.path=my.csv")
+        if out.objective == "classification" and info.label_names is None and out.n_classes is None and \
+                info.source != "file":  # a file's own string labels name its classes
             raise ConfigError(f"data.objective=classification with data.task={out.task}: a language-modelling task "
                               "has no labels; use data.objective=mlm or clm (or data.n_classes with a labelled "
                               "data.path)")
@@ -265,7 +270,8 @@ class DataConfig:
         """Number of classes for classification, else None."""
         if self.objective != "classification":
             return None
-        return self.n_classes if self.n_classes is not None else len(self.info.label_names)
+        names = self.info.label_names
+        return self.n_classes if self.n_classes is not None else len(names) if names is not None else None
 
     @property
     def label_names(self) -> list[str] | None:

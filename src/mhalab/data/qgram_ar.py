@@ -30,9 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mhalab.data.mqar import (
-    ID_OFFSET, IGNORE_INDEX, SPLITS, check_int, check_power, power_law_slots, sample_distinct, split_seeds,
-)
+from mhalab.data.mqar import (ID_OFFSET, IGNORE_INDEX, SPLITS, check_int, check_power, power_law_slots,
+                              sample_distinct, split_seeds)
 from mhalab.errors import ConfigError
 
 TASK = "qgram_ar"

@@ -157,7 +157,7 @@ def check_job(cfg: DictConfig, run_dir: str | Path | None = None, files: tuple[s
     the machine. `files`: the config files that set `allowed_targets`, to name them. Returns its TrainConfig."""
     from mhalab.config.compose import resolved
     from mhalab.config.targets import (check_config, check_launcher_text, check_logging, check_no_grant_in_config,
-                                check_resolved)
+                                       check_resolved)
     from mhalab.config.writes import check_writes
 
     check_no_grant_in_config(cfg, list(files))

@@ -132,12 +132,11 @@ def stopped(sweep_dir: Path) -> int | None:
         return None
 
 
-def sweep_stopped(argv: list[str], sweep_dir: Path, signum: int) -> str:
-    """The line a stopped sweep prints: what happened and the command that resumes it (`argv`: the command's)."""
-    from mhalab.runs.preflight import run_defining
-
+def sweep_stopped(argv: list[str], sweep_dir: Path, signum: int, began: bool) -> str:
+    """The line a stopped sweep prints: what happened and the command that resumes it (`argv`: the command's;
+    `began`: whether any job had begun)."""
     name = signal.Signals(signum).name
-    if not any(run_defining(d) for d in Path(sweep_dir).iterdir() if d.is_dir()):
+    if not began:
         return f"mhalab: the sweep stopped ({name}) before any job began; run the same command to start it again"
     named = any(a.startswith("hydra.sweep.dir=") or (a.startswith("resume=") and a.lower() != "resume=true")
                 for a in argv)  # a sweep elsewhere than resume=true looks: named again

@@ -38,7 +38,7 @@ class RunSummary:
     objective: str = ""
     overrides: list[str] = field(default_factory=list)  # the command line's config overrides
     config: dict[str, Any] = field(default_factory=dict)  # the composed config, resolved
-    architecture: dict[str, Any] = field(default_factory=dict)  # mhalab.config.schema.Architecture.to_dict()
+    architecture: dict[str, Any] = field(default_factory=dict)  # mhalab.architecture.Architecture.to_dict()
     label_names: list[str] | None = None  # classification: the name of each class id
     metrics: dict[str, float] = field(default_factory=dict)  # train/*, val/* at the end of training
     test_metrics: dict[str, float] = field(default_factory=dict)  # test/* of the best checkpoint

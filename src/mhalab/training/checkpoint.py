@@ -21,7 +21,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from mhalab.runs import faults
 from mhalab.errors import ConfigError
-from mhalab.config.schema import Architecture
+from mhalab.architecture import Architecture
 from mhalab.runs.summary import RunSummary, read_summary
 
 KEYS = ("arch", "optim", "token_bytes")  # the AttentionLitModule arguments a checkpoint keeps

@@ -10,28 +10,17 @@ They are computed from four running sums (`batch_sums`), so that batches, proces
 
 from __future__ import annotations
 
-import contextlib
 import math
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from mhalab.errors import ConfigError
+from mhalab.model import eval_mode
 
 IGNORE_INDEX = -100
-
-
-@contextlib.contextmanager
-def eval_mode(module: torch.nn.Module) -> Iterator[torch.nn.Module]:
-    """`module.eval()` for the duration, then its previous mode back (also after an error)."""
-    was_training = module.training
-    module.eval()
-    try:
-        yield module
-    finally:
-        module.train(was_training)
 
 
 def batch_sums(logits: Tensor, labels: Tensor, token_bytes: Tensor | None = None) -> Tensor:

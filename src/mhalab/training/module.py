@@ -19,7 +19,7 @@ from torchmetrics import MaxMetric, MeanMetric, Metric
 from mhalab.training.evaluation import batch_sums, mean_cross_entropy, metrics_from_sums
 from mhalab.report.comparison import lower_is_better
 from mhalab.model import build_model
-from mhalab.config.schema import Architecture
+from mhalab.architecture import Architecture
 
 
 def lr_lambda(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> float:

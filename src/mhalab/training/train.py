@@ -32,7 +32,7 @@ from mhalab.config.compose import parse_args
 from mhalab.training.console import header, quiet_lightning, result_line, usage, warn_if_repeating
 from mhalab.errors import ConfigError
 from mhalab.runs.preflight import (LAST, Finished, RunLock, launcher_rank, new_command, preflight, register_resolvers,
-                         remove_stale_temporaries, run_status, validate)
+                                   remove_stale_temporaries, run_defining, run_status, validate)
 from mhalab.config.schema import register
 from mhalab.runs.summary import RunSummary, read_summary, write_summary
 
@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> None:
             stopping.SIGNALS.uninstall()
     signum = stopping.stopped(plan.sweep_dir) if plan.sweep_dir is not None else None
     if signum is not None:
-        print(stopping.sweep_stopped(argv, plan.sweep_dir, signum), file=sys.stderr)
+        began = any(run_defining(d) for d in plan.sweep_dir.iterdir() if d.is_dir())
+        print(stopping.sweep_stopped(argv, plan.sweep_dir, signum, began), file=sys.stderr)
         sys.exit(128 + signum)
 
 
