@@ -15,6 +15,7 @@ from mhalab.architecture import Architecture, AttentionConfig, ModelConfig
 REPO = Path(__file__).resolve().parents[1]
 # Tiny model and data so one run takes seconds on 2 CPU cores.
 TINY = [
+    "data=bbc_news",  # topic classification (the default job is language modelling)
     "model.d_model=32", "model.n_layers=1", "model.d_ff=64", "attention.n_heads=2",
     "data.limit=64", "data.max_len=64", "data.batch_size=16",
     "trainer.max_epochs=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=2",

@@ -1,6 +1,7 @@
 """Pictures of heads: attention-map grids with readable ticks, (layer, head) heatmaps on fixed scales, and the CLI
 that redraws a run's pictures into a new folder from its summary and checkpoint."""
 
+import json
 import re
 import subprocess
 import sys
@@ -60,9 +61,13 @@ def test_cli_redraws_a_run_into_a_new_folder_and_keeps_the_training_pictures(tin
     run = tiny_runs[0]
     assert not (run / "plots").exists()  # the tiny runs draw none; a training folder must never be overwritten
     main([str(run), "--out", str(tmp_path / "figs")])
-    names = sorted(p.name for p in (tmp_path / "figs").iterdir())
+    names = sorted(p.name for p in (tmp_path / "figs").iterdir() if p.suffix == ".png")
     assert "attention_maps.png" in names and "stat_importance.png" in names and "stat_entropy.png" in names
     assert all(is_png(tmp_path / "figs" / n) for n in names)
+    table = (tmp_path / "figs" / "head_stats.md").read_text().splitlines()  # a row per head, a column per statistic
+    heads = json.loads((run / "summary.json").read_text())["head_stats"]["entropy"]
+    assert "| head | entropy |" in table[4] and table[6].startswith("| L0H0 |")
+    assert len(table) == 6 + len(heads) * len(heads[0])
     err = capsys.readouterr().err  # a line as each picture starts: a slow redraw is never silent
     assert f"plots: picture 1/{len(names)} (0 s so far): heatmap of " in err
     assert f"plots: picture {len(names)}/{len(names)}" in err and err.rstrip().endswith("attention maps")

@@ -18,8 +18,13 @@ def root(tmp_path):
 def test_default_config_composes_into_the_schema(root):
     tc = validate(compose(root))
     assert isinstance(tc, TrainConfig) and isinstance(tc.attention, AttentionConfig)
-    assert tc.data.task == "bbc_news" and tc.data.objective == "classification" and tc.data.tokenizer == "bpe"
-    assert tc.attention.n_heads == 4 and tc.model.pooling == "mean" and tc.trainer.max_epochs == 6
+    assert tc.data.task == "bbc_news_lm" and tc.data.objective == "clm" and tc.data.tokenizer == "byte"
+    assert tc.data.max_len == 128 and tc.trainer.max_epochs == 1 and tc.trainer.val_check_interval == 0.25
+    assert tc.attention.n_heads == 4 and tc.model.pooling == "mean"
+    topics = validate(compose(root + ["data=bbc_news"]))  # another task: the trainer's own budget again
+    assert topics.data.objective == "classification" and topics.data.tokenizer == "bpe"
+    assert topics.trainer.max_epochs == 6
+    assert topics.data.max_len == 256 and topics.trainer.val_check_interval == 1.0
     assert set(tc.logger) == {"wandb", "csv", "tensorboard"} and tc.logger.wandb.mode == "offline"
     assert set(tc.callbacks) == {"head_stats", "progress_log", "lr_monitor", "rich_progress_bar"}
 
@@ -27,7 +32,7 @@ def test_default_config_composes_into_the_schema(root):
 GROUPS = ["attention=mha", "attention=gqa", "attention=mqa", "trainer=cpu", "trainer=ddp", "logger=wandb",
           "logger=csv", "logger=tensorboard", "logger=many", "callbacks=none", "debug=fast", "debug=overfit",
           "debug=profile", "stats=off", "stats=every_step", "data=listops", "data=bbc_news_mlm", "data=ag_news",
-          "data=imdb", "data=sst2", "data=wikitext2", "data=tiny_shakespeare"]
+          "data=imdb", "data=sst2", "data=wikitext2", "data=tiny_shakespeare", "data=bbc_news", "data=bbc_news_lm"]
 
 
 @pytest.mark.parametrize("group", GROUPS)
@@ -127,7 +132,7 @@ BAD = [
     (["data.tokenizer=wordpiece"], "data.tokenizer='wordpiece'"),
     (["data.objective=regression"], "data.objective='regression'"),
     (["data=wikitext2", "data.objective=classification"], "a language-modelling task has no labels"),
-    (["data.vocab_size=100"], "data.vocab_size=100 with data.tokenizer=bpe"),
+    (["data=bbc_news", "data.vocab_size=100"], "data.vocab_size=100 with data.tokenizer=bpe"),
     (["data=listops", "data.listops.max_length=200"], "data.listops.max_length=200"),
     (["data.mlm_probability=1.5"], "data.mlm_probability=1.5"),
     (["data.path=/nonexistent/file.csv"], "data.path file /nonexistent/file.csv does not exist"),

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from mhalab.report import comparison as inf
-from mhalab.report.tables import Table, fmt_p, interval
+from mhalab.tables import Table, fmt_p, interval
 
 COMMIT = "a08120a"
 THRESHOLD = 0.9

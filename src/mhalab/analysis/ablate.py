@@ -41,7 +41,7 @@ from mhalab.training.evaluation import evaluate, headline, importance, split_bat
 from mhalab.heads import head_label
 from mhalab.hooks import act_name, hooks
 from mhalab.report.comparison import holm, lower_is_better, mean_ci, paired
-from mhalab.report.tables import Table, write_csv
+from mhalab.tables import Table, write_csv
 from mhalab.analysis.plots import new_figure
 
 def _by_layer(heads: Iterable[tuple[int, int]]) -> dict[int, list[int]]:

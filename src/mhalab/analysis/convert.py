@@ -41,7 +41,7 @@ from mhalab.errors import ConfigError
 from mhalab.training.evaluation import evaluate, headline, split_batches
 from mhalab.heads import resolve_heads
 from mhalab.report.comparison import holm, lower_is_better, mean_ci, paired, tost
-from mhalab.report.tables import Table, write_csv
+from mhalab.tables import Table, write_csv
 from mhalab.analysis.plots import new_figure
 
 INITS = ("mean", "first", "random")

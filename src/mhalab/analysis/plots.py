@@ -182,9 +182,27 @@ def run_cli(args) -> int:
             paths.append(attention_maps_from_checkpoint(args.run_dir, out, args.checkpoint, args.max_tokens))
         else:
             paths += plot_stat_heatmaps(matrices, out, stats=[picture.removeprefix("heatmap of ")])
+    paths.append(write_head_table(summary, out / "head_stats.md", args.run_dir))
     for path in paths:
         print(path)
     return 0
+
+
+def write_head_table(summary, path: Path, run_dir: Path) -> Path:
+    """The run's per-head statistics and importance (its summary.json's last probe pass) as one Markdown table,
+    a row per head L{layer}H{head}."""
+    from mhalab.tables import Table, fmt
+
+    matrices = summary_matrices(summary)
+    table = Table(["head", *matrices])
+    n_layers, n_heads = next(iter(matrices.values())).shape
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            table.add([f"L{layer}H{head}", *(fmt(float(m[layer, head]), 3) for m in matrices.values())])
+    metrics = ", ".join(f"{k} {v:.4f}" for k, v in sorted(summary.metrics.items()) if k.startswith("val/") and v)
+    path.write_text(f"# Head statistics of {run_dir.name}\n\n{summary.task} ({summary.objective}), {metrics}; the "
+                    f"last probe pass of training (summary.json), drawn by `mhalab plots`\n\n{table.markdown()}\n")
+    return path
 
 
 def main(argv=None) -> None:

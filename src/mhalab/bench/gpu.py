@@ -177,14 +177,10 @@ def train_tasks(cfg) -> list[str]:
 
 def train_command(cfg, task: str) -> list[str]:
     """The `mhalab train` arguments of one task: trainer=gpu (or the CPU for a dry run), capped at train_steps."""
-    from mhalab.data.config import DataConfig
-
     args = (TINY_TRAIN if cfg.dry_run else ["trainer=gpu"]) + [
         f"trainer.max_steps={3 if cfg.dry_run else cfg.train_steps}", "trainer.max_epochs=-1",
         "trainer.enable_progress_bar=false", "logger=csv", "task_name=gpu_check"]
-    if task != DataConfig().task:
-        args.append(f"data={task}")
-    return args + list(cfg.train_overrides)
+    return args + [f"data={task}"] + list(cfg.train_overrides)  # each task's own data config, whatever the default
 
 
 def _train(cfg, out: Path, device, budget: Budget) -> dict:

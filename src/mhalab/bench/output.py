@@ -48,7 +48,10 @@ def plain(cfg) -> dict:
 
 
 def md_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
-    """A Markdown table; columns are (key, header, format spec); booleans print as yes / NO."""
+    """A Markdown table (`mhalab.tables.Table`, escaped); columns are (key, header, format spec); booleans print as
+    yes / NO, a missing value as an empty cell."""
+    from mhalab.tables import Table
+
     def cell(r, key, fmt):
         v = r.get(key)
         if v is None:
@@ -60,9 +63,10 @@ def md_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
         except (TypeError, ValueError):
             return str(v)
 
-    lines = ["| " + " | ".join(h for _, h, _ in columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(r, k, f) for k, _, f in columns) + " |" for r in rows]
-    return "\n".join(lines)
+    table = Table([h for _, h, _ in columns])
+    for r in rows:
+        table.add([cell(r, k, f) for k, _, f in columns])
+    return table.markdown()
 
 
 def machine_line(m: dict) -> str:

@@ -10,12 +10,12 @@ every barrier and times become meaningless.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import platform
 import statistics
 import time
 
+import numpy as np
 import torch
 
 from mhalab.cost import matmul_flops
@@ -82,18 +82,11 @@ def median(xs) -> float:
     return float(statistics.median(xs)) if len(xs) else float("nan")
 
 
-def quantile(xs, q: float) -> float:
-    xs = sorted(xs)
-    pos = q * (len(xs) - 1)
-    lo = int(math.floor(pos))
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
 def summary_ms(prefix: str, seconds: list[float]) -> dict[str, float]:
     """{prefix_ms: median, prefix_ms_min, prefix_ms_p25, prefix_ms_p75} in milliseconds."""
     return {f"{prefix}_ms": 1e3 * median(seconds), f"{prefix}_ms_min": 1e3 * min(seconds),
-            f"{prefix}_ms_p25": 1e3 * quantile(seconds, 0.25), f"{prefix}_ms_p75": 1e3 * quantile(seconds, 0.75)}
+            f"{prefix}_ms_p25": 1e3 * float(np.quantile(seconds, 0.25)),
+            f"{prefix}_ms_p75": 1e3 * float(np.quantile(seconds, 0.75))}  # numpy's quantile, as mhalab.report uses
 
 
 # -- memory ----------------------------------------------------------------------------------------------------

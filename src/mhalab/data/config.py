@@ -35,6 +35,7 @@ TASKS: dict[str, TaskInfo] = {
     "bbc_news": TaskInfo("classification", "bbc_news", ("business", "entertainment", "politics", "sports", "tech"),
                          default_tokenizer="bpe"),
     "bbc_news_mlm": TaskInfo("mlm", "bbc_news"),
+    "bbc_news_lm": TaskInfo("clm", "bbc_news"),  # the default job: next byte, causal
     "listops": TaskInfo("classification", "listops", tuple(str(d) for d in range(10)), default_tokenizer="listops"),
     "ag_news": TaskInfo("classification", "hub", ("World", "Sports", "Business", "Sci/Tech"), "fancyzhx/ag_news"),
     "imdb": TaskInfo("classification", "hub", ("neg", "pos"), "stanfordnlp/imdb"),
@@ -107,7 +108,7 @@ class QgramConfig(MqarConfig):
 class DataConfig:
     """Every key of the ``data`` node."""
 
-    task: str = "bbc_news"  # bbc_news | bbc_news_mlm | listops | mqar | qgram_ar | ag_news | imdb | sst2 | wikitext2 |
+    task: str = "bbc_news"  # bbc_news | bbc_news_lm | bbc_news_mlm | listops | mqar | qgram_ar | ag_news | imdb | sst2 | wikitext2 |
     #                         tiny_shakespeare | file (data.path), or the name of your own task (with `source`)
     source: Optional[Any] = None  # your own task: {_target_: your_package.YourTask, ...} (mhalab.data.tasks.Task)
     objective: Optional[str] = None  # classification | mlm | clm; None: the task's own

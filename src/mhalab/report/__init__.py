@@ -26,7 +26,7 @@ from mhalab.errors import ConfigError
 from mhalab.report import figures
 from mhalab.report.arms import HEAD_STATS, Arm, apply_holm, arms_of, compare, head_stats, pick_baseline
 from mhalab.report.runs import COST, find_runs, place, seed_order, the_metric, tuned_keys
-from mhalab.report.tables import Table, fmt, fmt_p, interval, md_escape, write_csv
+from mhalab.tables import Table, fmt, fmt_p, interval, md_escape, write_csv
 
 __all__ = ["report", "md_escape", "run_cli", "main"]
 

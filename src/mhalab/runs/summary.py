@@ -4,8 +4,9 @@ One dataclass, `RunSummary`, with a `schema_version`; `write_summary` and `read_
 touches the file. Paths inside it are relative to the run directory, so a copied run directory is self-contained.
 Per-head results are (n_layers, n_heads) matrices (nested lists; `head_matrix` turns them back into tensors).
 
-`read_summary` trusts nothing: the file size, nesting depth and every field's type are checked against this
-schema before a value is used, and a bad file is one `ConfigError` naming the file and the field.
+`read_summary` trusts nothing: the file size and nesting depth are bounded, every field is validated against
+`RunSummary`'s own annotations (pydantic, strict: no coercion), then the bounds and paths the annotations cannot
+say are checked; a bad file is one `ConfigError` naming the file and the field.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
+
+from typing_extensions import TypedDict
 
 from mhalab.errors import ConfigError
 
@@ -29,6 +32,22 @@ MAX_HEADS = 1 << 16  # layers x heads of a per-head matrix
 MAX_LIST = 10_000  # overrides, plots, errors
 
 
+Number = Optional[float]  # None where the value was NaN or infinite (JSON has neither)
+
+
+class Endpoint(TypedDict, total=False):
+    """A run's endpoint: `mhalab.config.schema.EndpointConfig` as set, and where the run reached the threshold."""
+
+    __pydantic_config__ = {"extra": "forbid"}  # type: ignore[misc]  # an unknown key is an error, not dropped
+    metric: str
+    threshold: Number
+    stop_at_threshold: bool
+    tuned: list[str]
+    margin: Number
+    threshold_step: Optional[int]
+    stopped_early: bool
+
+
 @dataclass
 class RunSummary:
     """Everything a finished, failed or interrupted run leaves for the tools that read it."""
@@ -39,21 +58,21 @@ class RunSummary:
     overrides: list[str] = field(default_factory=list)  # the command line's config overrides
     config: dict[str, Any] = field(default_factory=dict)  # the composed config, resolved
     architecture: dict[str, Any] = field(default_factory=dict)  # mhalab.architecture.Architecture.to_dict()
-    label_names: list[str] | None = None  # classification: the name of each class id
-    metrics: dict[str, float] = field(default_factory=dict)  # train/*, val/* at the end of training
-    test_metrics: dict[str, float] = field(default_factory=dict)  # test/* of the best checkpoint
-    cost: dict[str, float] = field(default_factory=dict)  # params, flops_per_token, kv_cache_bytes_per_token ...
-    baselines: dict[str, float] = field(default_factory=dict)  # the task's reference levels: chance_acc ...
-    timings: dict[str, float] = field(default_factory=dict)  # fit_s, test_s, total_s, train_steps, tokens_seen ...
-    checkpoints: dict[str, str | None] = field(default_factory=dict)  # best, last: relative to the run directory
-    head_stats: dict[str, list[list[float]]] = field(default_factory=dict)  # stat -> (n_layers, n_heads)
-    head_importance: list[list[float]] | None = None  # (n_layers, n_heads), normalised per layer
-    kv_groups: dict[str, list[float]] = field(default_factory=dict)  # within/between_group_jsd -> (n_layers,)
-    history: dict[str, list[float]] = field(default_factory=dict)  # step and val/* of every validation in training
-    endpoint: dict[str, Any] = field(default_factory=dict)  # metric, threshold, threshold_step, stopped_early
+    label_names: Optional[list[str]] = None  # classification: the name of each class id
+    metrics: dict[str, Number] = field(default_factory=dict)  # train/*, val/* at the end of training
+    test_metrics: dict[str, Number] = field(default_factory=dict)  # test/* of the best checkpoint
+    cost: dict[str, Number] = field(default_factory=dict)  # params, flops_per_token, kv_cache_bytes_per_token ...
+    baselines: dict[str, Number] = field(default_factory=dict)  # the task's reference levels: chance_acc ...
+    timings: dict[str, Number] = field(default_factory=dict)  # fit_s, test_s, total_s, train_steps, tokens_seen ...
+    checkpoints: dict[str, Optional[str]] = field(default_factory=dict)  # best, last: relative to the run directory
+    head_stats: dict[str, list[list[Number]]] = field(default_factory=dict)  # stat -> (n_layers, n_heads)
+    head_importance: Optional[list[list[Number]]] = None  # (n_layers, n_heads), normalised per layer
+    kv_groups: dict[str, list[Number]] = field(default_factory=dict)  # within/between_group_jsd -> (n_layers,)
+    history: dict[str, list[Number]] = field(default_factory=dict)  # step and val/* of every validation in training
+    endpoint: Endpoint = field(default_factory=dict)  # mhalab.config.schema.EndpointConfig, and what the run reached
     plots: list[str] = field(default_factory=list)  # relative to the run directory
     environment: dict[str, Any] = field(default_factory=dict)  # torch, python, machine, device ...
-    error: dict[str, str] | None = None  # failed / interrupted: {"kind", "message"}
+    error: Optional[dict[str, str]] = None  # failed / interrupted: {"kind", "message"}
     extras_errors: list[str] = field(default_factory=list)  # end-of-training extras that failed (run kept)
     schema_version: int = SCHEMA_VERSION
 
@@ -110,74 +129,51 @@ def from_dict(data: Any, where: str = SUMMARY) -> RunSummary:
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:
         raise ConfigError(f"{where} has schema_version={version!r}; this mhalab reads version {SCHEMA_VERSION}")
-    known = {f.name: f for f in dataclasses.fields(RunSummary)}
-    unknown = sorted(set(data) - set(known))
+    known = {f.name for f in dataclasses.fields(RunSummary)}
+    unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"{where} has an unknown field {unknown[0]!r}")
     if data.get("status") not in STATUSES:
         raise ConfigError(f"{where}: status={data.get('status')!r} must be one of {', '.join(STATUSES)}")
-    for name, value in data.items():
-        _check_field(name, value, where)
-    return RunSummary(**data)
+    summary = _validated(data, where)
+    _check_bounds(summary, where)
+    return summary
 
 
-_STR_DICTS = ("checkpoints", "error")
-_ENDPOINT = {"metric": str, "threshold": (int, float), "threshold_step": int, "stopped_early": bool,
-             "tuned": list, "margin": (int, float)}
-_NUM_DICTS = ("metrics", "test_metrics", "cost", "baselines")
+def _validated(data: dict, where: str) -> RunSummary:
+    """RunSummary from its own annotations (pydantic, strict: a string is never a number, a bool never a float)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    try:  # JSON mode: a JSON object is a dataclass's input, and strict keeps every type as written
+        return TypeAdapter(RunSummary).validate_json(json.dumps(data), strict=True)
+    except ValidationError as e:
+        first = e.errors()[0]
+        at = ".".join(str(x) for x in first["loc"])
+        raise ConfigError(f"{where}: field {str(first['loc'][0])!r} does not have the type of a run summary ({at}: "
+                          f"{first['msg']}; see mhalab.runs.summary)") from None
 
 
-def _check_field(name: str, value: Any, where: str) -> None:
-    bad = None
-    if name in ("task", "objective", "status"):
-        bad = not isinstance(value, str)
-    elif name in ("overrides", "plots", "extras_errors"):
-        bad = not isinstance(value, list) or len(value) > MAX_LIST or not all(isinstance(v, str) and len(v) <= 4096
-                                                                             for v in value)
-        if not bad and name == "plots":
-            bad = any(_escapes(v) for v in value)
-    elif name == "label_names":
-        bad = value is not None and (not isinstance(value, list) or not all(isinstance(v, str) for v in value))
-    elif name in ("config", "architecture", "timings", "environment"):
-        bad = not isinstance(value, dict)
-    elif name in _NUM_DICTS:
-        bad = not isinstance(value, dict) or not all(_number_or_none(v) for v in value.values())
-    elif name in _STR_DICTS:
-        bad = value is not None and (not isinstance(value, dict) or
-                                     not all(v is None or isinstance(v, str) for v in value.values()))
-        if not bad and name == "checkpoints":
-            bad = any(v is not None and _escapes(v) for v in value.values())
-    elif name == "head_stats":
-        bad = not isinstance(value, dict) or not all(_matrix(v) for v in value.values())
-    elif name == "head_importance":
-        bad = value is not None and not _matrix(value)
-    elif name in ("kv_groups", "history"):
-        bad = not isinstance(value, dict) or not all(_vector(v) for v in value.values())
-        if not bad and name == "history":
-            bad = len({len(v) for v in value.values()}) > 1
-    elif name == "endpoint":
-        bad = not isinstance(value, dict) or not all(isinstance(value.get(k), t) for k, t in _ENDPOINT.items()
-                                                     if value.get(k) is not None)
-    elif name == "schema_version":
-        bad = not isinstance(value, int)
-    if bad:
-        raise ConfigError(f"{where}: field {name!r} does not have the type of a run summary (see mhalab.runs.summary)")
+def _check_bounds(s: RunSummary, where: str) -> None:
+    """What the annotations cannot say: bounded lists, rectangular per-head matrices, paths inside the run."""
+    lists = {"overrides": s.overrides, "plots": s.plots, "extras_errors": s.extras_errors}
+    checks = [(name, len(v) <= MAX_LIST and all(len(x) <= 4096 for x in v)) for name, v in lists.items()]
+    checks += [("plots", not any(_escapes(v) for v in s.plots)),
+               ("checkpoints", not any(v is not None and _escapes(v) for v in s.checkpoints.values())),
+               ("head_stats", all(_matrix(v) for v in s.head_stats.values())),
+               ("head_importance", s.head_importance is None or _matrix(s.head_importance)),
+               ("kv_groups", all(len(v) <= MAX_HEADS for v in s.kv_groups.values())),
+               ("history", all(len(v) <= MAX_HEADS for v in s.history.values()) and
+                len({len(v) for v in s.history.values()}) <= 1)]
+    for name, ok in checks:
+        if not ok:
+            raise ConfigError(f"{where}: field {name!r} does not have the shape of a run summary (see "
+                              "mhalab.runs.summary)")
 
 
-def _number_or_none(v: Any) -> bool:
-    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
-
-
-def _vector(v: Any) -> bool:
-    return isinstance(v, list) and len(v) <= MAX_HEADS and all(_number_or_none(x) for x in v)
-
-
-def _matrix(v: Any) -> bool:
-    """A rectangular (n_layers, n_heads) list of numbers of bounded size."""
-    if not isinstance(v, list) or not v or not all(isinstance(r, list) for r in v):
-        return False
-    width = len(v[0])
-    return width > 0 and len(v) * width <= MAX_HEADS and all(len(r) == width and _vector(r) for r in v)
+def _matrix(v: list[list]) -> bool:
+    """A rectangular, non-empty (n_layers, n_heads) matrix of bounded size."""
+    width = len(v[0]) if v else 0
+    return width > 0 and len(v) * width <= MAX_HEADS and all(len(r) == width for r in v)
 
 
 def _escapes(rel: str) -> bool:

@@ -117,5 +117,6 @@ def result_line(summary: RunSummary, run_dir: Path) -> str:
     found = {k: v for k, v in {**summary.metrics, **summary.test_metrics}.items() if k in keys and v is not None}
     metrics = ", ".join(f"{k} {found[k]:.4f}" for k in keys if k in found)
     took = summary.timings.get("total_s")
+    pictures = f"; pictures in {Path(run_dir) / 'plots'}" if summary.plots else ""
     return (f"mhalab: done{f' in {took:.0f} s' if took else ''}: {metrics}; results in "
-            f"{Path(run_dir) / 'summary.json'}")
+            f"{Path(run_dir) / 'summary.json'}{pictures}")
