@@ -81,20 +81,24 @@ def test_fault_matrix(run_train, tmp_path, reference, point, workers):
 
 
 BF16 = ["trainer=gpu", "trainer.accelerator=cpu"]  # the GPU recipe (bf16-mixed) on the CPU
+COMPILE = ["model.compile=true", "model.compile_backend=aot_eager"]  # torch.compile's tracing, without a C++ build
 
 
-def test_a_bf16_mixed_run_killed_and_resumed_is_bit_identical(run_train, tmp_path, data_cache):
-    """The `trainer=gpu` recipe on the CPU: bf16 autocast, float32 parameters and optimizer state in the checkpoint;
-    killed after a mid-epoch checkpoint and resumed, it ends exactly as the uninterrupted run."""
+@pytest.mark.parametrize("how", [BF16, COMPILE], ids=["bf16-mixed", "torch.compile"])
+def test_a_gpu_option_killed_and_resumed_is_bit_identical(run_train, tmp_path, data_cache, how):
+    """The `trainer=gpu` recipe on the CPU (bf16 autocast, float32 parameters and optimizer state in the
+    checkpoint), and `model.compile` (the checkpoint holds the eager model's keys): killed after a mid-epoch
+    checkpoint and resumed, each run ends exactly as its uninterrupted twin."""
     from mhalab.training.train import main
 
     root = tmp_path / "reference"
-    main([*TINY, *RUN, *BF16, f"paths.root_dir={root}", f"data.cache_dir={data_cache}"])
+    main([*TINY, *RUN, *how, f"paths.root_dir={root}", f"data.cache_dir={data_cache}"])
     (reference,) = summaries(root / "logs")
-    assert reference["config"]["trainer"]["precision"] == "bf16-mixed"
-    killed = run_train(*RUN, *BF16, KILL_POINTS["after a mid-epoch checkpoint"])
+    assert reference["config"]["trainer"]["precision"] == ("bf16-mixed" if how is BF16 else "32-true")
+    assert reference["config"]["model"]["compile"] is (how is COMPILE)
+    killed = run_train(*RUN, *how, KILL_POINTS["after a mid-epoch checkpoint"])
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    resumed = run_train(*RUN, *BF16, "resume=true")
+    resumed = run_train(*RUN, *how, "resume=true")
     assert resumed.returncode == 0 and "resuming from" in resumed.stdout + resumed.stderr, resumed.stderr[-3000:]
     (got,) = summaries(tmp_path / "logs")
     assert results(got) == results(reference)

@@ -140,19 +140,12 @@ def attention_maps_from_checkpoint(run_dir, out_dir, checkpoint=None, max_tokens
 
     The data task comes from the run's summary.json; the checkpoint is loaded with weights_only=True.
     """
-    from mhalab.training.checkpoint import build_data, load_module
     from mhalab.analysis.head_stats import attention_patterns
-    from mhalab.runs.summary import read_summary
+    from mhalab.analysis.run import open_run
 
-    run_dir = Path(run_dir)
-    summary = read_summary(run_dir)
-    if checkpoint is None:
-        checkpoint = summary.path(run_dir, summary.checkpoints.get("best") or summary.checkpoints.get("last"))
-        if checkpoint is None:
-            raise ConfigError(f"{run_dir}/summary.json names no checkpoint; give --checkpoint")
-    module = load_module(checkpoint)
-    dm = build_data(summary)
-    probe = dm.probe_batch(summary.config.get("stats", {}).get("probe_size", 8))
+    run = open_run(run_dir, checkpoint)
+    module, dm = run.module, run.data
+    probe = dm.probe_batch(run.summary.config.get("stats", {}).get("probe_size", 8))
     attentions = attention_patterns(module, probe)  # n_layers x (B, H, T, T)
     n_valid = int((~probe["padding_mask"][0]).sum())
     tokens = dm.decode(probe["input_ids"][0, :n_valid].tolist())

@@ -163,19 +163,29 @@ class _Stop(Exception):
         self.exit_code, self.signum, self.note = exit_code, signum, note
 
 
+@dataclasses.dataclass
+class _Job:
+    """What the failure protocol needs of a job in progress (`train`, `_fit`)."""
+
+    tc: Any
+    run_dir: Path
+    base: RunSummary  # the summary so far: status, config, environment, then architecture, cost ...
+    last: Any  # LastCheckpoint
+    stop: Any  # GracefulStop
+    fault: Any  # FaultInjection
+    t_start: float
+    trainer: Any = None  # the Lightning Trainer, once built
+
+
 def train(tc, run_dir: Path, overrides: list[str], sweep_dir: Path | None = None) -> RunSummary:
     """Everything after validation; returns the summary, also written to run_dir/summary.json. `sweep_dir`: the
-    sweep this job stops with (`mhalab.runs.stopping`)."""
+    sweep this job stops with (`mhalab.runs.stopping`). The work is `_fit`; here is what a stop signal, a NaN loss,
+    a full disk or a bug leaves behind (a checkpoint, an "interrupted" or "failed" summary) and the exit it makes."""
     if launcher_rank() == 0:  # seconds pass before the header: say so at once
         log.info("mhalab: config checked; loading torch and Lightning, then the data")
-    import lightning as L
     import torch
 
-    from mhalab.training.callbacks import GracefulStop, LastCheckpoint, StepSeed, FaultInjection
-    from mhalab.training.checkpoint import AtomicCheckpointIO
-    from mhalab.cost import model_cost, precision_bytes
-    from mhalab.data import build_datamodule
-    from mhalab.training.module import AttentionLitModule
+    from mhalab.training.callbacks import FaultInjection, GracefulStop, LastCheckpoint
 
     quiet_lightning()
     t_start = time.perf_counter()
@@ -187,86 +197,16 @@ def train(tc, run_dir: Path, overrides: list[str], sweep_dir: Path | None = None
     torch.set_num_threads(tc.torch_threads or job_threads())  # before the environment is recorded
     base = RunSummary(status="ok", task=tc.data.task, objective=tc.data.objective, overrides=overrides,
                       config=_plain(tc), environment=_environment())
-    trainer = None
+    job = _Job(tc, run_dir, base, last, stop, fault, t_start)
     try:
         stop.install()  # from here a signal stops the run at once, or at a step boundary while training
         stop.check()  # one during start-up (imports, Hydra) was recorded: stop before anything else
-        L.seed_everything(tc.seed, workers=True, verbose=False)
-        dm = build_datamodule(tc.data, seed=tc.seed)
-        dm.prepare_data()
-        dm.setup("fit")
-        arch = tc.architecture(dm.vocab_size, dm.objective, dm.n_classes)
-        token_bytes = dm.token_bytes.tolist() if dm.token_bytes is not None else None
-        module = AttentionLitModule(arch.to_dict(), dataclasses.asdict(tc.optim), token_bytes,
-                                    dataclasses.asdict(tc.endpoint))
-        if tc.optimized_metric == "val/bpb" and not module.reports_bpb:
-            raise ConfigError(f"optimized_metric=val/bpb: task {dm.task} ({dm.objective}) reports no bits per byte; "
-                              "optimise val/loss, val/acc, val/acc_best or train/loss")
-        if tc.model.compile:
-            _check_compiler(tc)
-            module.compile_training(tc.model.compile_backend)
-        cost = model_cost(arch, dm.max_len, precision_bytes(tc.trainer.precision))
-        base.task, base.architecture, base.cost, base.label_names = dm.task, arch.to_dict(), cost, dm.label_names
-        base.baselines = dm.reference_levels()
-        if launcher_rank() == 0:
-            log.info(header(dm, arch, cost, run_dir))
-            warn_if_repeating(tc, dm)
-
-        ckpt_path = str(tc.ckpt_path) if tc.ckpt_path else None
-        if (tc.resume or slurm.requeued()) and (run_dir / LAST).is_file():
-            ckpt_path = str(run_dir / LAST)
-            log.info("resuming from %s", ckpt_path)
-        loggers, callbacks = build_loggers_and_callbacks(tc, run_dir, resuming=ckpt_path == str(run_dir / LAST))
-        best = _best_checkpoint(tc, run_dir)
-        callbacks += [best, last, StepSeed(tc.seed), stop, fault]
-        trainer = L.Trainer(**_trainer_kwargs(tc), default_root_dir=str(run_dir), callbacks=callbacks,
-                            logger=loggers or False, plugins=[AtomicCheckpointIO()],
-                            profiler=_profiler(tc, run_dir))
-        for logger in loggers:
-            logger.log_hyperparams({"config": base.config, "architecture": base.architecture, "cost": cost})
-        if tc.train:
-            trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path, weights_only=True)
-        stop.check()
-        if module.last_val_step != trainer.global_step:  # every finished run ends validated
-            trainer.validate(module, datamodule=dm, verbose=False)
-        last.save(trainer)
-        # the run's own state, before testing loads the best checkpoint (and with it that checkpoint's state)
-        fit_s, final_metrics = module.fit_s, dict(module.final_metrics)
-        tokens_seen = int(trainer.strategy.reduce(torch.tensor(float(module.tokens_seen)), reduce_op="sum"))
-        history, threshold_step = {k: list(v) for k, v in module.history.items()}, module.threshold_step
-        extras = {}
-        for cb in trainer.callbacks:
-            if hasattr(cb, "finish"):
-                cb.finish(trainer, module)
-                extras.update(cb.summary())
-        t_test = time.perf_counter()
-        test_metrics: dict[str, float] = {}
-        test_ckpt = _test_checkpoint(best, module, tc, last.path)
-        if tc.test:
-            results = trainer.test(module, datamodule=dm, ckpt_path=str(test_ckpt), weights_only=True, verbose=False)
-            test_metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
-        summary = dataclasses.replace(
-            base, metrics=final_metrics, test_metrics=test_metrics,
-            timings={"fit_s": fit_s, "test_s": time.perf_counter() - t_test, "total_s": time.perf_counter() - t_start,
-                     "train_steps": trainer.global_step, "epochs": trainer.current_epoch,
-                     "tokens_seen": tokens_seen, "tokens_per_s": tokens_seen / fit_s if fit_s > 0 else None},
-            checkpoints={"best": _rel(test_ckpt, run_dir), "last": _rel(last.path, run_dir)},
-            head_stats=extras.get("head_stats", {}), head_importance=extras.get("head_importance"),
-            kv_groups=extras.get("kv_groups", {}), plots=[_rel(p, run_dir) for p in extras.get("plots", [])],
-            extras_errors=extras.get("extras_errors", []), history=history,
-            endpoint={**dataclasses.asdict(tc.endpoint), "threshold_step": threshold_step,
-                      "stopped_early": tc.endpoint.stop_at_threshold and threshold_step == trainer.global_step})
-        if trainer.is_global_zero:
-            write_summary(run_dir, summary)
-        from mhalab.runs import faults
-
-        faults.point("after_summary")
-        return summary
+        return _fit(job)
     except stopping.Interrupted as e:
         previous = stop.previous(e.signum)
         stop.uninstall()  # no second interruption while the summary is written
-        step = trainer.global_step if trainer is not None else 0
-        _write_failure(run_dir, base, trainer, "interrupted", "signal", f"{e} at step {step}")
+        step = job.trainer.global_step if job.trainer is not None else 0
+        _write_failure(run_dir, base, job.trainer, "interrupted", "signal", f"{e} at step {step}")
         resume = shlex.join(["mhalab", "train", *(o for o in overrides if not o.startswith("resume=")),
                              f"resume={run_dir}"])
         saved = f"the last checkpoint is {run_dir / LAST}; " if (run_dir / LAST).is_file() else ""
@@ -275,7 +215,7 @@ def train(tc, run_dir: Path, overrides: list[str], sweep_dir: Path | None = None
     except FloatingPointError as e:
         print(f"error: training stopped: {e}; the last good checkpoint is kept in {run_dir / 'checkpoints'}",
               file=sys.stderr)
-        _write_failure(run_dir, base, trainer, "failed", "nan", str(e))
+        _write_failure(run_dir, base, job.trainer, "failed", "nan", str(e))
         raise _Stop(1) from None
     except ConfigError:
         raise
@@ -286,15 +226,101 @@ def train(tc, run_dir: Path, overrides: list[str], sweep_dir: Path | None = None
                                                              "directory with room")
         print(f"error: could not write {e.filename or 'a file'} ({e.strerror or e}){advice}", file=sys.stderr)
         try:
-            _write_failure(run_dir, base, trainer, "failed", "os", f"{e.filename}: {e.strerror or e}")
+            _write_failure(run_dir, base, job.trainer, "failed", "os", f"{e.filename}: {e.strerror or e}")
         except OSError:
             pass
         raise _Stop(1) from None
     except Exception as e:  # a bug: record it beside whatever the run got to, then show the traceback
-        _write_failure(run_dir, base, trainer, "failed", "error", f"{type(e).__name__}: {e}")
+        _write_failure(run_dir, base, job.trainer, "failed", "error", f"{type(e).__name__}: {e}")
         raise
     finally:
         stop.uninstall()
+
+
+def _fit(job: _Job) -> RunSummary:
+    """The happy path: data, model, fit, a last validation, the end-of-training extras, test, summary.json."""
+    import lightning as L
+    import torch
+
+    from mhalab.cost import model_cost, precision_bytes
+    from mhalab.data import build_datamodule
+    from mhalab.training.callbacks import StepSeed
+    from mhalab.training.checkpoint import AtomicCheckpointIO
+    from mhalab.training.module import AttentionLitModule
+
+    tc, run_dir, base, last, stop, fault, t_start = (job.tc, job.run_dir, job.base, job.last, job.stop, job.fault,
+                                                     job.t_start)
+    L.seed_everything(tc.seed, workers=True, verbose=False)
+    dm = build_datamodule(tc.data, seed=tc.seed)
+    dm.prepare_data()
+    dm.setup("fit")
+    arch = tc.architecture(dm.vocab_size, dm.objective, dm.n_classes)
+    token_bytes = dm.token_bytes.tolist() if dm.token_bytes is not None else None
+    module = AttentionLitModule(arch.to_dict(), dataclasses.asdict(tc.optim), token_bytes,
+                                dataclasses.asdict(tc.endpoint))
+    if tc.optimized_metric == "val/bpb" and not module.reports_bpb:
+        raise ConfigError(f"optimized_metric=val/bpb: task {dm.task} ({dm.objective}) reports no bits per byte; "
+                          "optimise val/loss, val/acc, val/acc_best or train/loss")
+    if tc.model.compile:
+        _check_compiler(tc)
+        module.compile_training(tc.model.compile_backend)
+    cost = model_cost(arch, dm.max_len, precision_bytes(tc.trainer.precision))
+    base.task, base.architecture, base.cost, base.label_names = dm.task, arch.to_dict(), cost, dm.label_names
+    base.baselines = dm.reference_levels()
+    if launcher_rank() == 0:
+        log.info(header(dm, arch, cost, run_dir))
+        warn_if_repeating(tc, dm)
+
+    ckpt_path = str(tc.ckpt_path) if tc.ckpt_path else None
+    if (tc.resume or slurm.requeued()) and (run_dir / LAST).is_file():
+        ckpt_path = str(run_dir / LAST)
+        log.info("resuming from %s", ckpt_path)
+    loggers, callbacks = build_loggers_and_callbacks(tc, run_dir, resuming=ckpt_path == str(run_dir / LAST))
+    best = _best_checkpoint(tc, run_dir)
+    callbacks += [best, last, StepSeed(tc.seed), stop, fault]
+    trainer = job.trainer = L.Trainer(**_trainer_kwargs(tc), default_root_dir=str(run_dir), callbacks=callbacks,
+                        logger=loggers or False, plugins=[AtomicCheckpointIO()],
+                        profiler=_profiler(tc, run_dir))
+    for logger in loggers:
+        logger.log_hyperparams({"config": base.config, "architecture": base.architecture, "cost": cost})
+    if tc.train:
+        trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path, weights_only=True)
+    stop.check()
+    if module.last_val_step != trainer.global_step:  # every finished run ends validated
+        trainer.validate(module, datamodule=dm, verbose=False)
+    last.save(trainer)
+    # the run's own state, before testing loads the best checkpoint (and with it that checkpoint's state)
+    fit_s, final_metrics = module.fit_s, dict(module.final_metrics)
+    tokens_seen = int(trainer.strategy.reduce(torch.tensor(float(module.tokens_seen)), reduce_op="sum"))
+    history, threshold_step = {k: list(v) for k, v in module.history.items()}, module.threshold_step
+    extras = {}
+    for cb in trainer.callbacks:
+        if hasattr(cb, "finish"):
+            cb.finish(trainer, module)
+            extras.update(cb.summary())
+    t_test = time.perf_counter()
+    test_metrics: dict[str, float] = {}
+    test_ckpt = _test_checkpoint(best, module, tc, last.path)
+    if tc.test:
+        results = trainer.test(module, datamodule=dm, ckpt_path=str(test_ckpt), weights_only=True, verbose=False)
+        test_metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
+    summary = dataclasses.replace(
+        base, metrics=final_metrics, test_metrics=test_metrics,
+        timings={"fit_s": fit_s, "test_s": time.perf_counter() - t_test, "total_s": time.perf_counter() - t_start,
+                 "train_steps": trainer.global_step, "epochs": trainer.current_epoch,
+                 "tokens_seen": tokens_seen, "tokens_per_s": tokens_seen / fit_s if fit_s > 0 else None},
+        checkpoints={"best": _rel(test_ckpt, run_dir), "last": _rel(last.path, run_dir)},
+        head_stats=extras.get("head_stats", {}), head_importance=extras.get("head_importance"),
+        kv_groups=extras.get("kv_groups", {}), plots=[_rel(p, run_dir) for p in extras.get("plots", [])],
+        extras_errors=extras.get("extras_errors", []), history=history,
+        endpoint={**dataclasses.asdict(tc.endpoint), "threshold_step": threshold_step,
+                  "stopped_early": tc.endpoint.stop_at_threshold and threshold_step == trainer.global_step})
+    if trainer.is_global_zero:
+        write_summary(run_dir, summary)
+    from mhalab.runs import faults
+
+    faults.point("after_summary")
+    return summary
 
 
 def build_loggers_and_callbacks(tc, run_dir: Path, resuming: bool) -> tuple[list, list]:
