@@ -37,9 +37,10 @@ def old_module(name: str, path: str, replace: tuple[tuple[str, str], ...] = ()) 
 
 def main(rounds: int = 21, threads: int = 1) -> None:
     torch.set_num_threads(threads)
-    old_module("old_attention", "src/mhalab/attention.py")
+    moved = (("from mhalab.schema import", "from mhalab.architecture import"),)  # schema's model part moved since
+    old_module("old_attention", "src/mhalab/attention.py", moved)
     old_model = old_module("old_model", "src/mhalab/model.py",
-                           (("from mhalab.attention import", "from old_attention import"),))
+                           (("from mhalab.attention import", "from old_attention import"), *moved))
     cfg = ThroughputConfig()
     arch = cfg.architecture(cfg.n_heads[0])
     torch.manual_seed(0)
