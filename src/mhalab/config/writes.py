@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from mhalab.checks import walk
 from mhalab.errors import ConfigError
@@ -43,9 +43,9 @@ def check_writes(plain: dict, run_dir: str | Path) -> None:
         node = plain
         for part in section.split("."):
             node = node.get(part) if isinstance(node, dict) else None
-        for key, value in _leaves(node, section):
+        for key, value in walk(node, section):
             name = key.rsplit(".", 1)[-1]
-            if value is None or not (name in PATH_KEYS or name in URL_KEYS):
+            if value is None or isinstance(value, (dict, list)) or not (name in PATH_KEYS or name in URL_KEYS):
                 continue
             path = _path_of(key, name, value)
             if path is not None and not _under(_real(path, base), roots):
@@ -80,15 +80,6 @@ def _path_of(key: str, name: str, value: Any) -> Path | None:
             return Path(text[len(prefix):])
     raise ConfigError(f"{key}={value!r}: only a local sqlite:///<file> (or file:) under the run directory, "
                       "paths.log_dir or the cache is allowed")
-
-
-def _leaves(node: Any, path: str) -> Iterator[tuple[str, Any]]:
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield from _leaves(v, f"{path}.{k}") if isinstance(v, (dict, list)) else [(f"{path}.{k}", v)]
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield from _leaves(v, f"{path}[{i}]") if isinstance(v, (dict, list)) else []
 
 
 def _real(path: Path, base: Path) -> Path:
