@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -257,12 +258,9 @@ def layer_summary(results: list[dict[str, Any]], key: str) -> list[dict[str, Any
     return rows
 
 
-def _percentile(sorted_values: list[float], q: float) -> float | None:
-    if not sorted_values:
-        return None
-    pos = q * (len(sorted_values) - 1)
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+def _percentile(values: list[float], q: float) -> float | None:
+    """numpy's quantile (linear interpolation), the one the report and the benchmarks use; None for no values."""
+    return float(np.quantile(values, q)) if values else None
 
 
 # -- outputs ------------------------------------------------------------------------------------------------
