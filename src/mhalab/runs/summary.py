@@ -12,6 +12,7 @@ say are checked; a bad file is one `ConfigError` naming the file and the field.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -140,12 +141,20 @@ def from_dict(data: Any, where: str = SUMMARY) -> RunSummary:
     return summary
 
 
+@functools.lru_cache(maxsize=1)
+def _adapter():
+    """pydantic's validator of RunSummary, built once per process (2 ms a build; `mhalab report` reads hundreds)."""
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(RunSummary)
+
+
 def _validated(data: dict, where: str) -> RunSummary:
     """RunSummary from its own annotations (pydantic, strict: a string is never a number, a bool never a float)."""
-    from pydantic import TypeAdapter, ValidationError
+    from pydantic import ValidationError
 
     try:  # JSON mode: a JSON object is a dataclass's input, and strict keeps every type as written
-        return TypeAdapter(RunSummary).validate_json(json.dumps(data), strict=True)
+        return _adapter().validate_json(json.dumps(data), strict=True)
     except ValidationError as e:
         first = e.errors()[0]
         at = ".".join(str(x) for x in first["loc"])
