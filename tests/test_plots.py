@@ -67,6 +67,8 @@ def test_cli_redraws_a_run_into_a_new_folder_and_keeps_the_training_pictures(tin
     table = (tmp_path / "figs" / "head_stats.md").read_text().splitlines()  # a row per head, a column per statistic
     heads = json.loads((run / "summary.json").read_text())["head_stats"]["entropy"]
     assert "| head | entropy |" in table[4] and table[6].startswith("| L0H0 |")
+    shown = json.loads((run / "summary.json").read_text())["metrics"]  # every val metric, a zero one too
+    assert all(f"{k} {v:.4f}" in table[2] for k, v in shown.items() if k.startswith("val/") and v is not None)
     assert len(table) == 6 + len(heads) * len(heads[0])
     err = capsys.readouterr().err  # a line as each picture starts: a slow redraw is never silent
     assert f"plots: picture 1/{len(names)} (0 s so far): heatmap of " in err
