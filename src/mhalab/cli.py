@@ -125,6 +125,14 @@ def run_command(command: str, argv: list[str]) -> int:
         return 2
 
 
+def command_main(command: str, argv: list[str] | None = None) -> None:
+    """`python -m <the command's module> ...` (each module's `main`): `run_command` on the process's arguments, and
+    its exit status when it is not 0."""
+    code = run_command(command, sys.argv[1:] if argv is None else argv)
+    if code:
+        sys.exit(code)
+
+
 def usage() -> str:
     from mhalab import __version__
 

@@ -412,11 +412,9 @@ def run_cli(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from mhalab.cli import run_command
+    from mhalab.cli import command_main
 
-    code = run_command("ablate", sys.argv[1:] if argv is None else argv)
-    if code:
-        sys.exit(code)
+    command_main("ablate", argv)
 
 
 if __name__ == "__main__":

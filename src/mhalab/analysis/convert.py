@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -311,11 +310,9 @@ def run_cli(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from mhalab.cli import run_command
+    from mhalab.cli import command_main
 
-    code = run_command("convert", sys.argv[1:] if argv is None else argv)
-    if code:
-        sys.exit(code)
+    command_main("convert", argv)
 
 
 if __name__ == "__main__":

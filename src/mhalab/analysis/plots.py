@@ -6,7 +6,6 @@ CLI: `mhalab plots <run_dir> [--out DIR]` redraws a run's pictures into a new fo
 <run_dir>/plots-redrawn-<time>): the heatmaps from its summary.json, the attention maps from its checkpoint.
 """
 
-import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -198,12 +197,10 @@ def write_head_table(summary, path: Path, run_dir: Path) -> Path:
     return path
 
 
-def main(argv=None) -> None:
-    from mhalab.cli import run_command
+def main(argv: list[str] | None = None) -> None:
+    from mhalab.cli import command_main
 
-    code = run_command("plots", sys.argv[1:] if argv is None else argv)
-    if code:
-        sys.exit(code)
+    command_main("plots", argv)
 
 
 if __name__ == "__main__":

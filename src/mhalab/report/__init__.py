@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import html
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +118,7 @@ def document(arms: list[Arm], comparisons: list[dict], failed: list[dict], metri
 
 def failed_section(failed: list[dict]) -> list[tuple[str, str | Table]]:
     if not failed:
-        return [(f"## Failed jobs (0)", "None.")]
+        return [("## Failed jobs (0)", "None.")]
     t = Table(["job", "overrides", "kind", "error"])
     for f in failed:
         t.add([Path(f["dir"]).name, " ".join(f["overrides"]), f["kind"], f["error"]])
@@ -336,8 +335,6 @@ def run_cli(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from mhalab.cli import run_command
+    from mhalab.cli import command_main
 
-    code = run_command("report", sys.argv[1:] if argv is None else argv)
-    if code:
-        sys.exit(code)
+    command_main("report", argv)
