@@ -258,7 +258,7 @@ TINY_RUN = ["setup=mqar_cpu", "trainer.max_steps=1", "model.n_layers=1", "model.
 @dataclass
 class StartupConfig(MachineConfig):
     """`mhalab bench startup`: what a run costs beyond its imports. A tiny 1-step run (`mhalab train` with
-    `run_overrides`) against `python -c "import torch, lightning"`, alternating in rounds, each a fresh process;
+    `run_overrides`) against `python -c "import torch, lightning"`, in rounds rotating the order, each a fresh process;
     in a sweep every job pays the difference, the launcher's workers importing once."""
 
     rounds: int = 5

@@ -7,8 +7,8 @@ and the median of the per-round ratios run / baseline. In a sweep the launcher's
 everything beyond the imports is paid again by every job.
 
 `mhalab` freezes its objects before the interpreter exits (`mhalab.cli.quick_exit`), which saves the plain
-baseline's last garbage collections (about 0.8 s); a second baseline with the same freeze,
-`python -c "import gc, torch, lightning; gc.freeze()"`, shows the work beyond the imports on equal terms.
+baseline's last garbage collections (about 0.8 s); a second baseline with the same freeze (FROZEN_CODE) shows
+the work beyond the imports on equal terms.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from pathlib import Path
 from mhalab.bench.output import md_table, start, write
 from mhalab.bench.timing import loadavg
 
-BASELINE = 'python -c "import torch, lightning"'
-FROZEN = 'python -c "import gc, torch, lightning; gc.freeze()"'
+BASELINE_CODE = "import torch, lightning"
+FROZEN_CODE = "import gc, torch, lightning; gc.freeze()"  # the same quick exit as mhalab's
+BASELINE, FROZEN = (f'python -c "{code}"' for code in (BASELINE_CODE, FROZEN_CODE))
 COLUMNS = [("round", "round", "d"), ("baseline_s", "baseline wall s", ".2f"), ("run_s", "run wall s", ".2f"),
            ("ratio", "run / baseline (wall)", ".3f"), ("baseline_cpu_s", "baseline CPU s", ".2f"),
            ("run_cpu_s", "run CPU s", ".2f"), ("cpu_ratio", "run / baseline (CPU)", ".3f"),
@@ -52,10 +53,10 @@ def run_startup(cfg) -> dict:
     threads = [f"torch_threads={cfg.threads}"] if cfg.threads else []
     with tempfile.TemporaryDirectory() as root:
         env = {**os.environ, "WANDB_SILENT": "true", "MHALAB_ROOT": root}
-        commands = [("baseline", [sys.executable, "-c", "import torch, lightning"]),
+        commands = [("baseline", [sys.executable, "-c", BASELINE_CODE]),
                     ("run", [sys.executable, "-m", "mhalab", "train", *cfg.run_overrides, *threads,
                              f"data.cache_dir={Path(root) / 'cache'}"]),
-                    ("frozen", [sys.executable, "-c", "import gc, torch, lightning; gc.freeze()"])]
+                    ("frozen", [sys.executable, "-c", FROZEN_CODE])]
         timed(commands[1][1], env)  # warm-up: fills the data cache and the OS's file cache, as a sweep's first job
         rows = []
         for i in range(cfg.rounds):  # each command in each position in turn
@@ -80,8 +81,8 @@ def run_startup(cfg) -> dict:
     report = (f"# mhalab bench startup: a tiny 1-step run against `{BASELINE}`\n\n"
               f"machine: {info['cpu']}, {info['cpu_count']} CPUs, torch {info['torch']}; load average "
               f"{info.get('loadavg_start')} at start, {info['loadavg_end']} at end\n\n"
-              f"run: `mhalab train {' '.join(cfg.run_overrides)}`; {cfg.rounds} rounds rotating the order after one warm-up "
-              f"run, each a fresh process\n\n{md_table(rows, COLUMNS)}\n\n"
+              f"run: `mhalab train {' '.join(cfg.run_overrides)}`; {cfg.rounds} rounds rotating the order after one "
+              f"warm-up run, each a fresh process\n\n{md_table(rows, COLUMNS)}\n\n"
               f"**median run / baseline: {ratio:.3f} wall, {cpu_ratio:.3f} CPU** ({verdict} the goal of "
               f"{cfg.goal:g}); against `{FROZEN}` (the same quick exit as mhalab's): **{frozen_ratio:.3f}** wall\n\n"
               f"the preflight of a {cfg.sweep_jobs}-job sweep (`mhalab train -m <run> seed=range({cfg.sweep_jobs})`: "
