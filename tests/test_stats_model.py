@@ -82,7 +82,6 @@ def test_zeroed_head_changes_nothing_downstream():
 # ---------------------------------------------------------------- importance is a mean over examples
 
 
-
 def importance_case(objective: str) -> tuple[AttentionLitModule, dict]:
     """A tiny model and 16 padded examples; for the LM objectives examples predict different numbers of tokens,
     and example 5 predicts none."""
@@ -132,7 +131,6 @@ def brute_force_importance(module, examples: dict, removed=()) -> torch.Tensor:
 def split(examples: dict, size: int) -> list[dict]:
     n = examples["input_ids"].shape[0]
     return [{k: v[i:i + size] for k, v in examples.items()} for i in range(0, n, size)]
-
 
 
 def test_importance_matches_per_example_gradients_and_ignores_batching():

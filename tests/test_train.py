@@ -236,7 +236,6 @@ def test_default_run_learns_and_its_heads_specialise(run_train, tmp_path):
     assert "pictures in" in r.stdout and s["plots"]
 
 
-
 def test_a_failing_extra_is_recorded_and_the_run_kept(train, tmp_path, monkeypatch):
     import mhalab.analysis.plots
 

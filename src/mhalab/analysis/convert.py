@@ -262,8 +262,9 @@ def convert(checkpoints: list[Path], n_kv_heads: int, inits: list[str] | None = 
     require_files(checkpoints)
     out = Path(out) if out else load_run(checkpoints[0])[0] / f"convert_gqa{n_kv_heads}"
     out.mkdir(parents=True, exist_ok=True)
-    rows = [r for c in each_with_progress("convert", checkpoints) for r in convert_one(Path(c), n_kv_heads, inits, uptrain_fraction, scratch,
-                                                         mha_control, split, max_batches, seed, lr, out)]
+    rows = [r for c in each_with_progress("convert", checkpoints)
+            for r in convert_one(Path(c), n_kv_heads, inits, uptrain_fraction, scratch, mha_control, split,
+                                 max_batches, seed, lr, out)]
     key = headline(rows[0])
     table, comparisons = summarise(rows, key, margin)
     task = load_run(checkpoints[0])[1].task

@@ -191,7 +191,8 @@ def write_head_table(summary, path: Path, run_dir: Path) -> Path:
     for layer in range(n_layers):
         for head in range(n_heads):
             table.add([f"L{layer}H{head}", *(fmt(float(m[layer, head]), 3) for m in matrices.values())])
-    metrics = ", ".join(f"{k} {v:.4f}" for k, v in sorted(summary.metrics.items()) if k.startswith("val/") and v is not None)
+    metrics = ", ".join(f"{k} {v:.4f}" for k, v in sorted(summary.metrics.items())
+                        if k.startswith("val/") and v is not None)
     path.write_text(f"# Head statistics of {run_dir.name}\n\n{summary.task} ({summary.objective}), {metrics}; the "
                     f"last probe pass of training (summary.json), drawn by `mhalab plots`\n\n{table.markdown()}\n")
     return path

@@ -1,8 +1,8 @@
 """What a benchmark leaves behind: the output folder, Markdown reports, results.csv / results.json, PNG plots.
 
-Figures are matplotlib Figures with an Agg canvas (`mhalab.analysis.plots.new_figure`): no pyplot state. Every scaling plot
-is log-log, time and memory against n with the fitted power law; the decoding plots are log-log too (latency and
-cache size against n_kv_heads).
+Figures are matplotlib Figures with an Agg canvas (`mhalab.analysis.plots.new_figure`): no pyplot state. Every
+scaling plot is log-log, time and memory against n with the fitted power law; the decoding plots are log-log too
+(latency and cache size against n_kv_heads).
 """
 
 from __future__ import annotations

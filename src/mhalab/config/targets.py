@@ -75,10 +75,10 @@ LOGGING_CLASSES = {
     "formatters": ("logging.Formatter", "colorlog.ColoredFormatter"),
 }
 LOGGING_STREAMS = ("ext://sys.stdout", "ext://sys.stderr")
-# SLURM options a config may pass to sbatch (hydra.launcher.additional_parameters): none of them runs a program
 # resolvers an interpolation may call: none of them turns text into config nodes (oc.create and oc.decode do)
 ALLOWED_RESOLVERS = ("oc.env", "oc.select", "oc.dict.keys", "oc.dict.values", "oc.deprecated", "now", "hydra",
                      "mhalab.cwd", "mhalab.run_id", "mhalab.direction")
+# SLURM options a config may pass to sbatch (hydra.launcher.additional_parameters): none of them runs a program
 SBATCH_OPTIONS = ("constraint", "exclusive", "mail_type", "mail_user", "reservation", "gres", "hint", "wckey",
                   "requeue", "nice", "licenses", "exclude", "nodelist", "time_min", "mem_per_gpu", "comment")
 

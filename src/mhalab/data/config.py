@@ -108,8 +108,8 @@ class QgramConfig(MqarConfig):
 class DataConfig:
     """Every key of the ``data`` node."""
 
-    task: str = "bbc_news"  # bbc_news | bbc_news_lm | bbc_news_mlm | listops | mqar | qgram_ar | ag_news | imdb | sst2 | wikitext2 |
-    #                         tiny_shakespeare | file (data.path), or the name of your own task (with `source`)
+    task: str = "bbc_news"  # bbc_news | bbc_news_lm | bbc_news_mlm | listops | mqar | qgram_ar | ag_news | imdb |
+    #                         sst2 | wikitext2 | tiny_shakespeare | file (data.path), or your own task (with `source`)
     source: Optional[Any] = None  # your own task: {_target_: your_package.YourTask, ...} (mhalab.data.tasks.Task)
     objective: Optional[str] = None  # classification | mlm | clm; None: the task's own
     path: Any = None  # local file(s) replacing the task's source: a file, a list, or {train: ..., validation: ...}

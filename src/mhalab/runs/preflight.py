@@ -105,10 +105,9 @@ def validate(cfg: DictConfig, plain: dict | None = None):
     """
     from omegaconf.errors import OmegaConfBaseException
 
+    from mhalab.checks import check_finite
     from mhalab.config.compose import hydra_message
     from mhalab.config.schema import TrainConfig
-
-    from mhalab.checks import check_finite
 
     check_finite("", {k: v for k, v in (plain or OmegaConf.to_container(cfg, resolve=False)).items() if k != "hydra"})
     if plain is not None and OmegaConf.get_type(cfg) is TrainConfig:  # composed on the schema: types checked
@@ -153,8 +152,9 @@ def _typed(cls, values: dict, prefix: str = ""):
 
 def check_job(cfg: DictConfig, run_dir: str | Path | None = None, files: tuple[str, ...] = ()):
     """Every check of one composed job config (Hydra's node included) that runs in `run_dir`: what may run
-    (`mhalab.config.targets`), where it may write (`mhalab.config.writes`), every value (`mhalab.config.schema`), its input files and
-    the machine. `files`: the config files that set `allowed_targets`, to name them. Returns its TrainConfig."""
+    (`mhalab.config.targets`), where it may write (`mhalab.config.writes`), every value (`mhalab.config.schema`),
+    its input files and the machine. `files`: the config files that set `allowed_targets`, to name them. Returns
+    its TrainConfig."""
     from mhalab.config.compose import resolved
     from mhalab.config.targets import (check_config, check_launcher_text, check_logging, check_no_grant_in_config,
                                        check_resolved)

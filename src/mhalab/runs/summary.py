@@ -1,4 +1,5 @@
-"""The run contract: `summary.json`, written by `mhalab.training.train` and read back by report, ablate, convert and plots.
+"""The run contract: `summary.json`, written by `mhalab.training.train` and read back by report, ablate, convert
+and plots.
 
 One dataclass, `RunSummary`, with a `schema_version`; `write_summary` and `read_summary` are the only code that
 touches the file. Paths inside it are relative to the run directory, so a copied run directory is self-contained.

@@ -43,9 +43,9 @@ class HeadStatsCallback(L.Callback):
     its backend), logged as `attn/L{l}H{h}/{stat}`, `attn/L{l}/{stat}_mean` and the GQA group similarity
     `attn/L{l}/within_group_jsd` / `between_group_jsd`. Besides the built-in statistics: TransformerLens's head
     detector scores on random tokens repeated once (`stats.detector_len`), and your own (`stats.extra`, see
-    `mhalab.analysis.head_stats.HeadStatistic`). At the end of training: importance (Michel et al. 2019) on validation batches and the
-    pictures in <run_dir>/plots, also sent to the loggers as images. A failure there is logged and recorded in
-    `summary()`, never fatal.
+    `mhalab.analysis.head_stats.HeadStatistic`). At the end of training: importance (Michel et al. 2019) on
+    validation batches and the pictures in <run_dir>/plots, also sent to the loggers as images. A failure there is
+    logged and recorded in `summary()`, never fatal.
     """
 
     def __init__(self, stats: StatsConfig | dict | None = None):
@@ -133,8 +133,8 @@ class HeadStatsCallback(L.Callback):
             self.update(pl_module)
 
     def finish(self, trainer, pl_module) -> None:
-        """The end-of-training extras: a last measurement, importance and pictures (called by mhalab.training.train once the
-        final weights are known)."""
+        """The end-of-training extras: a last measurement, importance and pictures (called by
+        mhalab.training.train once the final weights are known)."""
         if not (self.cfg.enabled and trainer.is_global_zero):
             return
         self._guarded("statistics", lambda: self.update(pl_module))

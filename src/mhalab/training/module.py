@@ -232,7 +232,6 @@ class AttentionLitModule(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
-
 def variant(module: AttentionLitModule, **attention: Any) -> AttentionLitModule:
     """A new module like `module` (same model sizes, optimiser settings, token bytes) with some attention sizes
     changed, e.g. `variant(m, n_kv_heads=2)`; its weights are freshly initialised."""

@@ -27,18 +27,19 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from mhalab.runs import slurm, stopping
 from mhalab.config.compose import parse_args
-from mhalab.training.console import header, quiet_lightning, result_line, usage, warn_if_repeating
+from mhalab.config.schema import register
 from mhalab.errors import ConfigError
+from mhalab.runs import slurm, stopping
 from mhalab.runs.preflight import (LAST, Finished, RunLock, launcher_rank, new_command, preflight, register_resolvers,
                                    remove_stale_temporaries, run_defining, run_status, validate)
-from mhalab.config.schema import register
 from mhalab.runs.summary import RunSummary, read_summary, write_summary
+from mhalab.training.console import header, quiet_lightning, result_line, usage, warn_if_repeating
 
 log = logging.getLogger("mhalab")
 CONFIG_PATH = "pkg://mhalab.conf"
-# known noise, silenced at its source: Lightning's own deprecation of torch internals
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     register()
@@ -279,8 +280,8 @@ def _fit(job: _Job) -> RunSummary:
     best = _best_checkpoint(tc, run_dir)
     callbacks += [best, last, StepSeed(tc.seed), stop, fault]
     trainer = job.trainer = L.Trainer(**_trainer_kwargs(tc), default_root_dir=str(run_dir), callbacks=callbacks,
-                        logger=loggers or False, plugins=[AtomicCheckpointIO()],
-                        profiler=_profiler(tc, run_dir))
+                                      logger=loggers or False, plugins=[AtomicCheckpointIO()],
+                                      profiler=_profiler(tc, run_dir))
     for logger in loggers:
         logger.log_hyperparams({"config": base.config, "architecture": base.architecture, "cost": cost})
     if tc.train:
