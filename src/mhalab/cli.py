@@ -28,6 +28,11 @@ MODULES = {"report": "mhalab.report", "ablate": "mhalab.analysis.ablate", "conve
            "plots": "mhalab.analysis.plots"}  # the commands this module parses, and where each one's work is
 
 
+def _threads(p: argparse.ArgumentParser) -> None:
+    """`--threads N` (ablate, convert): torch's threads, set by `run_command` before the command runs."""
+    p.add_argument("--threads", type=int, default=None, help="torch threads (1 is fastest on a small, busy CPU)")
+
+
 def _report(p: argparse.ArgumentParser) -> None:
     p.add_argument("dirs", nargs="+", type=Path, help="multirun directories (or any folders holding summary.json)")
     p.add_argument("--out", type=Path, help="output folder (default <first dir>/report)")
@@ -56,7 +61,7 @@ def _ablate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--random-orders", type=int, default=10, help="random pruning orders for the baseline band")
     p.add_argument("--no-prune", action="store_true", help="skip the pruning curves")
     p.add_argument("--seed", type=int, default=0, help="seed of the random pruning orders")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (1 is fastest on a small, busy CPU)")
+    _threads(p)
 
 
 def _convert(p: argparse.ArgumentParser) -> None:
@@ -77,7 +82,7 @@ def _convert(p: argparse.ArgumentParser) -> None:
     p.add_argument("--margin", type=float, default=None,
                    help="equivalence margin on the metric, declared before the run: mean-pool vs the MHA control is "
                         "tested with TOST against +-margin")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (1 is fastest on a small, busy CPU)")
+    _threads(p)
 
 
 def _plots(p: argparse.ArgumentParser) -> None:
@@ -119,6 +124,13 @@ def run_command(command: str, argv: list[str]) -> int:
 
     module = importlib.import_module(MODULES[command])
     try:
+        if getattr(args, "threads", None) is not None:
+            import torch
+
+            from mhalab.checks import check_int
+
+            check_int("--threads", args.threads, 1, 4096)
+            torch.set_num_threads(args.threads)
         return module.run_cli(args) or 0
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -396,9 +396,6 @@ def ablate(checkpoints: list[Path], out: Path | None = None, importance_split: s
 
 
 def run_cli(args) -> int:
-    if args.threads is not None:
-        check_int("--threads", args.threads, 1, 4096)
-        torch.set_num_threads(args.threads)
     if args.importance_split == args.eval_split:
         print(f"warning: importance and evaluation both on the {args.eval_split} split: the pruning curve is then "
               "judged on the data that ranked the heads", file=sys.stderr)

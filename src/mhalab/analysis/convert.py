@@ -299,9 +299,6 @@ def convert(checkpoints: list[Path], n_kv_heads: int, inits: list[str] | None = 
 
 
 def run_cli(args) -> int:
-    if args.threads is not None:
-        check_int("--threads", args.threads, 1, 4096)
-        torch.set_num_threads(args.threads)
     scratch = [s for s in args.scratch.split(",") if s and s != "none"]
     r = convert(args.checkpoints, args.n_kv_heads, [s for s in args.init.split(",") if s], args.uptrain_fraction,
                 scratch, args.mha_control, args.out, args.split, args.batches or None, args.seed, args.lr, args.margin)
