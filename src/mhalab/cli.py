@@ -33,6 +33,13 @@ def _threads(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch threads (1 is fastest on a small, busy CPU)")
 
 
+def _allow(p: argparse.ArgumentParser) -> None:
+    """`--allow PKG` (plots, ablate, convert): a run read back may name a class of PKG (its own data.source task);
+    the grant comes from this command line or MHALAB_ALLOW, never from the run's files (mhalab.config.targets)."""
+    p.add_argument("--allow", action="append", default=[], metavar="PKG",
+                   help="grant your package, whose task class the run's summary.json names (also MHALAB_ALLOW)")
+
+
 def _report(p: argparse.ArgumentParser) -> None:
     p.add_argument("dirs", nargs="+", type=Path, help="multirun directories (or any folders holding summary.json)")
     p.add_argument("--out", type=Path, help="output folder (default <first dir>/report)")
@@ -62,6 +69,7 @@ def _ablate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-prune", action="store_true", help="skip the pruning curves")
     p.add_argument("--seed", type=int, default=0, help="seed of the random pruning orders")
     _threads(p)
+    _allow(p)
 
 
 def _convert(p: argparse.ArgumentParser) -> None:
@@ -83,6 +91,7 @@ def _convert(p: argparse.ArgumentParser) -> None:
                    help="equivalence margin on the metric, declared before the run: mean-pool vs the MHA control is "
                         "tested with TOST against +-margin")
     _threads(p)
+    _allow(p)
 
 
 def _plots(p: argparse.ArgumentParser) -> None:
@@ -93,6 +102,7 @@ def _plots(p: argparse.ArgumentParser) -> None:
                    help="checkpoint for the attention maps (default: the one the run tested)")
     p.add_argument("--no-maps", action="store_true", help="only the statistic heatmaps, no checkpoint needed")
     p.add_argument("--max-tokens", type=int, default=48, help="tokens shown in the attention maps (2-512)")
+    _allow(p)
 
 
 PARSERS = {"report": _report, "ablate": _ablate, "convert": _convert, "plots": _plots}
@@ -104,13 +114,15 @@ def parser(command: str) -> argparse.ArgumentParser:
     return p
 
 
-def kv_args(argv: list[str]) -> list[str]:
-    """`key=value` arguments become `--key value` (dashes for underscores); paths are left alone."""
+def kv_args(argv: list[str], p: argparse.ArgumentParser | None = None) -> list[str]:
+    """`key=value` arguments become `--key value` (dashes for underscores); paths are left alone, and so is the
+    value of an option of `p` that takes one (`--baseline seed=0` compares with the arm seed=0)."""
+    takes_value = {o for o, action in (p._option_string_actions.items() if p else ()) if action.nargs != 0}
     out = []
-    for a in argv:
+    for i, a in enumerate(argv):
         key = a.split("=", 1)[0]
         if "=" in a and not a.startswith("-") and key.replace("_", "").replace("-", "").isalnum() \
-                and not Path(a).exists():
+                and not Path(a).exists() and not (i and argv[i - 1] in takes_value):
             out += [f"--{key.replace('_', '-')}", a.split("=", 1)[1]]
         else:
             out.append(a)
@@ -119,11 +131,16 @@ def kv_args(argv: list[str]) -> list[str]:
 
 def run_command(command: str, argv: list[str]) -> int:
     """Parse `argv` for `command`, then import its module and run it; returns the exit status."""
-    args = parser(command).parse_args(kv_args(argv))
+    p = parser(command)
+    args = p.parse_args(kv_args(argv, p))
     from mhalab.errors import ConfigError
 
     module = importlib.import_module(MODULES[command])
     try:
+        if getattr(args, "allow", None):
+            from mhalab.config.targets import grant
+
+            grant([p for a in args.allow for p in a.split(",")])
         if getattr(args, "threads", None) is not None:
             import torch
 

@@ -33,8 +33,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from mhalab.training.checkpoint import build_data, load_module, load_run, require_files
+from mhalab.training.checkpoint import build_data, load_module, load_run, require_files, run_dir_of
 from mhalab.checks import check_int, check_number
+from mhalab.config.writes import check_links
 from mhalab.training.console import each_with_progress
 from mhalab.errors import ConfigError
 from mhalab.model import eval_mode
@@ -190,7 +191,7 @@ def ablate_one(ckpt: Path, importance_split: str, eval_split: str, max_batches: 
     """Everything for one checkpoint: base metrics, per-head rows, importance, curves."""
     module = load_module(ckpt)
     run_dir, summary = load_run(ckpt)
-    dm = build_data(summary, batch_size)
+    dm = build_data(summary, batch_size, f"{run_dir}/summary.json")
     eval_batches = split_batches(dm, eval_split, max_batches)
     imp_batches = split_batches(dm, importance_split, max_batches)
     base, rows = single_head_ablation(module, eval_batches)
@@ -339,6 +340,9 @@ def ablate(checkpoints: list[Path], out: Path | None = None, importance_split: s
     if batch_size is not None:
         check_int("--batch-size", batch_size, 1)
     require_files(checkpoints)
+    if out is None:  # inside a run someone else may have made: no link may carry the outputs elsewhere
+        out = run_dir_of(checkpoints[0]) / "ablation"
+        check_links(out, out.parent, "write the ablation there")
     results = [ablate_one(Path(c), importance_split, eval_split, max_batches, step, n_random, prune, seed, batch_size)
                for c in each_with_progress("ablate", checkpoints)]
     shapes = {(r["task"], r["n_layers"], r["n_heads"]) for r in results}
@@ -347,7 +351,7 @@ def ablate(checkpoints: list[Path], out: Path | None = None, importance_split: s
                           "configuration")
     first = results[0]
     key = headline(first["base"])
-    out = Path(out) if out else Path(first["run_dir"]) / "ablation"
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     metrics = list(first["base"])
     head_cols = ["checkpoint", "seed", "head", "layer", "index", "importance", "rank"] + \

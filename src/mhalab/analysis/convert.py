@@ -35,6 +35,7 @@ import torch
 
 from mhalab.training.checkpoint import build_data, load_module, load_run, require_files
 from mhalab.checks import check_int, check_number
+from mhalab.config.writes import check_links
 from mhalab.training.console import each_with_progress, quiet_lightning
 from mhalab.errors import ConfigError
 from mhalab.training.evaluation import evaluate, headline, split_batches
@@ -128,7 +129,7 @@ def convert_one(ckpt: Path, n_kv_heads: int, inits: list[str], uptrain_fraction:
     if not original:
         raise ConfigError(f"{run_dir}/summary.json has no timings.train_steps: the source run did not finish")
     steps = math.ceil(uptrain_fraction * int(original))
-    dm = build_data(summary)
+    dm = build_data(summary, where=f"{run_dir}/summary.json")
     batches = split_batches(dm, split, max_batches)
     trainer_cfg = summary.config.get("trainer", {})
     name = f"seed{summary.config.get('seed')}"
@@ -260,7 +261,10 @@ def convert(checkpoints: list[Path], n_kv_heads: int, inits: list[str] | None = 
     if lr is not None:
         check_number("--lr", lr, 0, 10, low_open=True)
     require_files(checkpoints)
-    out = Path(out) if out else load_run(checkpoints[0])[0] / f"convert_gqa{n_kv_heads}"
+    if out is None:  # inside a run someone else may have made: no link may carry the outputs elsewhere
+        out = load_run(checkpoints[0])[0] / f"convert_gqa{n_kv_heads}"
+        check_links(out, out.parent, "write the conversion there")
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows = [r for c in each_with_progress("convert", checkpoints)
             for r in convert_one(Path(c), n_kv_heads, inits, uptrain_fraction, scratch, mha_control, split,

@@ -155,12 +155,15 @@ def attention_maps_from_checkpoint(run_dir, out_dir, checkpoint=None, max_tokens
 def run_cli(args) -> int:
     """`mhalab plots`: the heatmaps from summary.json and, unless --no-maps, the attention maps, in a new folder."""
     from mhalab.checks import check_int
+    from mhalab.config.writes import check_links
     from mhalab.runs.summary import read_summary
 
     out = args.out if args.out is not None else args.run_dir / f"plots-redrawn-{datetime.now():%Y%m%d-%H%M%S}"
     check_int("--max-tokens", args.max_tokens, 2, 512)
     if out.resolve() == (args.run_dir / "plots").resolve():
         raise ConfigError(f"--out {out}: that is where training drew its pictures; choose a new folder")
+    if args.out is None:  # inside a run someone else may have made: no link may carry the pictures elsewhere
+        check_links(out, args.run_dir, "draw the pictures there")
     summary = read_summary(args.run_dir)
     if not summary.head_stats:
         raise ConfigError(f"cannot redraw plots: {args.run_dir}/summary.json has no head statistics")

@@ -87,4 +87,4 @@ def open_run(run_dir: str | Path, checkpoint: str | Path | None = None, batch_si
         if checkpoint is None:
             raise ConfigError(f"{run_dir}/summary.json names no checkpoint; give one (open_run(..., checkpoint=...), "
                               "mhalab plots --checkpoint)")
-    return Run(run_dir, summary, load_module(checkpoint), build_data(summary, batch_size))
+    return Run(run_dir, summary, load_module(checkpoint), build_data(summary, batch_size, f"{run_dir}/summary.json"))

@@ -255,7 +255,7 @@ def _resolve(path: str, key: str) -> Any:
     if package not in granted():
         raise ConfigError(f"{key}={path!r}: not an allowed class; allowed are mhalab's own classes, Lightning's "
                           "loggers and callbacks, the Hydra launcher and sweeper plugins (mhalab.config.targets), and "
-                          f"classes of packages you grant: mhalab train --allow {package} (or MHALAB_ALLOW={package})")
+                          f"classes of packages you grant: --allow {package} on this command (or MHALAB_ALLOW={package})")
     from hydra._internal.utils import _locate
 
     try:

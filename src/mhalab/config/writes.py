@@ -88,3 +88,21 @@ def _real(path: Path, base: Path) -> Path:
 
 def _under(path: Path, roots: list[Path]) -> bool:
     return any(path == r or r in path.parents for r in roots)
+
+
+def check_links(folder: str | Path, inside: str | Path, what: str) -> None:
+    """ConfigError if `folder`, or anything in it, is a symbolic link that leads out of `inside` (a dangling one
+    too) or a file with a second hard link: mhalab writes into a run directory someone else may have made (resume,
+    the analysis commands' default outputs) by fixed names, and such a link would carry a write elsewhere.
+    Links that stay inside (wandb's `latest-run`) are fine; a folder that does not exist yet is fine."""
+    folder, root = Path(folder), Path(os.path.realpath(inside))
+    entries = [folder] if folder.is_symlink() or not folder.is_dir() else []
+    for parent, dirs, files in ([] if entries else os.walk(folder)):
+        entries += [Path(parent, name) for name in dirs + files]
+    for path in entries:
+        if path.is_symlink() and not _under(Path(os.path.realpath(path)), [root]):
+            raise ConfigError(f"{path} is a symbolic link to {os.path.realpath(path)}, outside {inside}: refusing to "
+                              f"{what} (remove the link, or copy the run without links)")
+        if not path.is_symlink() and path.is_file() and path.stat().st_nlink > 1:
+            raise ConfigError(f"{path} is a hard link shared with another file: refusing to {what} (copy the run "
+                              "without links)")

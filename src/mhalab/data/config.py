@@ -136,6 +136,9 @@ class DataConfig:
         for name, cls in (("listops", ListOpsConfig), ("mqar", MqarConfig), ("qgram_ar", QgramConfig)):
             if isinstance(getattr(self, name), dict):
                 setattr(self, name, cls(**getattr(self, name)))
+        if not isinstance(self.task, str) or not self.task or any(c in self.task for c in "/\\\0"):
+            raise ConfigError(f"data.task={self.task!r}: a task name must be a non-empty text without '/', '\\' "
+                              "or NUL (it names the task's cache folder)")
         if self.task not in TASKS and self.source is None:
             raise ConfigError(f"data.task={self.task!r} is unknown; allowed tasks are {', '.join(TASKS)}, or name "
                               "your own and give data.source={_target_: your.Task}")
@@ -255,9 +258,16 @@ class DataConfig:
         if "_task_object" in self.__dict__:  # made once per config (not a field: not in the cache key)
             return self.__dict__["_task_object"]
         from hydra.utils import instantiate
+        from omegaconf import DictConfig, ListConfig, OmegaConf
 
+        from mhalab.config.targets import check_resolved
+
+        # whoever wrote it (a config, a run's summary.json), it passes the allow-list and this process's grants
+        source = OmegaConf.to_container(self.source, resolve=True) if isinstance(self.source, (DictConfig, ListConfig)) \
+            else self.source
+        check_resolved(source, "data.source")
         try:
-            task = instantiate(self.source)
+            task = instantiate(source)
         except Exception as e:  # noqa: BLE001 - the user's class: name it and what went wrong
             raise ConfigError(f"data.source={self.source!r} could not be built ({type(e).__name__}: {e})") from None
         if not isinstance(getattr(task, "info", None), TaskInfo) or not callable(getattr(task, "load", None)):

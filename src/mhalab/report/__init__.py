@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from mhalab.report import comparison as inf
+from mhalab.config.writes import check_links
 from mhalab.errors import ConfigError
 from mhalab.report import figures
 from mhalab.report.arms import HEAD_STATS, Arm, apply_holm, arms_of, compare, head_stats, pick_baseline
 from mhalab.report.runs import COST, find_runs, place, seed_order, the_metric, tuned_keys
+from mhalab.runs.summary import json_text
 from mhalab.tables import Table, fmt, fmt_p, interval, md_escape, write_csv
 
 __all__ = ["report", "md_escape", "run_cli", "main"]
@@ -48,7 +50,10 @@ def report(dirs: list[str | Path], out: str | Path | None = None, metric: str | 
         base = pick_baseline(arms, baseline)
         comparisons = [c for a in arms if a is not base for c in compare(a, base, m)]
         apply_holm(comparisons)
-    out = Path(out) if out else dirs[0] / "report"
+    if out is None:  # inside runs someone else may have made: no link may carry the report elsewhere
+        out = dirs[0] / "report"
+        check_links(out, dirs[0], "write the report there")
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     pictures: list[Path] = []
     if plots and arms:
@@ -61,12 +66,12 @@ def report(dirs: list[str | Path], out: str | Path | None = None, metric: str | 
     write_csv(out / "report.csv", csv_columns(records), records)
     data = {"metric": m, "sources": [str(d) for d in dirs], "arms": [arm_record(a) for a in arms],
             "comparisons": [{k: v for k, v in c.items()} for c in comparisons], "failed": failed}
-    (out / "report.json").write_text(json.dumps(data, indent=2, default=str))
+    (out / "report.json").write_text(json_text(data))
     sections = document(arms, comparisons, failed, m, dirs, baseline)
     md = markdown(sections, pictures, out)
     (out / "report.md").write_text(md)
     (out / "report.html").write_text(page(sections, pictures))
-    (out / "failed.json").write_text(json.dumps(failed, indent=2))
+    (out / "failed.json").write_text(json_text(failed))
     result = {"arms": arms, "comparisons": comparisons, "failed": failed, "metric": m, "out": out,
               "plots": pictures, "markdown": md}
     if use_wandb:

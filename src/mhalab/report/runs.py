@@ -74,7 +74,10 @@ def find_runs(dirs: list[Path]) -> tuple[list[tuple[Path, RunSummary]], list[dic
             except ConfigError as e:
                 failed.append({"dir": str(job), "overrides": [], "kind": "unreadable", "error": str(e)})
                 continue
-            if s.status == "ok":
+            if s.status == "ok" and s.non_finite():
+                failed.append({"dir": str(job), "overrides": s.overrides, "kind": "non-finite",
+                               "error": f"status ok, but {', '.join(s.non_finite())} is NaN or infinite"})
+            elif s.status == "ok":
                 runs.append((job, s))
             else:
                 failed.append({"dir": str(job), "overrides": s.overrides, "kind": (s.error or {}).get("kind", s.status),

@@ -492,6 +492,9 @@ def resume_target(tc, runs_dir: Path) -> Path | None:
         if run_status(run_dir) == "ok":
             raise Finished(run_dir)
     check_unlocked(run_dir)
+    from mhalab.config.writes import check_links
+
+    check_links(run_dir, run_dir, "resume there")  # a resumed run writes its files there by their fixed names
     return run_dir.resolve()
 
 
@@ -517,6 +520,9 @@ def resume_sweep(tc, jobs: list, multiruns_dir: Path) -> Path:
     for i in range(len(jobs)):
         if (sweep_dir / str(i)).is_dir():
             check_unlocked(sweep_dir / str(i))
+    from mhalab.config.writes import check_links
+
+    check_links(sweep_dir, sweep_dir, "resume the sweep there")
     return sweep_dir.resolve()
 
 

@@ -82,6 +82,12 @@ class RunSummary:
         """A path stored in this summary, inside `run_dir` (None stays None)."""
         return None if rel is None else Path(run_dir) / rel
 
+    def non_finite(self) -> list[str]:
+        """The val/ and test/ metrics that were NaN or infinite (null in the file): a run with one has not
+        finished well, whatever its status says."""
+        return sorted(k for k, v in {**self.metrics, **self.test_metrics}.items()
+                      if k.startswith(("val/", "test/")) and (v is None or not math.isfinite(v)))
+
     def metric(self, key: str) -> float | None:
         """A val/train metric or a test metric by name."""
         return self.metrics.get(key, self.test_metrics.get(key))
@@ -116,8 +122,8 @@ def read_summary(run_dir: str | Path) -> RunSummary:
         raise ConfigError(f"{path} is {size} bytes, more than a summary can be ({MAX_BYTES}); refusing to read it")
     with open(path, "rb") as f:
         raw = f.read(MAX_BYTES + 1)  # bounded even if the file grows or is a device
-    try:
-        data = json.loads(raw.decode("utf-8"))
+    try:  # NaN and Infinity, which mhalab never writes (it writes null), are read as null too
+        data = json.loads(raw.decode("utf-8"), parse_constant=lambda _: None)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise ConfigError(f"{path} is not valid UTF-8 JSON ({type(e).__name__})") from None
     return from_dict(data, str(path))
@@ -167,7 +173,9 @@ def _check_bounds(s: RunSummary, where: str) -> None:
     """What the annotations cannot say: bounded lists, rectangular per-head matrices, paths inside the run."""
     lists = {"overrides": s.overrides, "plots": s.plots, "extras_errors": s.extras_errors}
     checks = [(name, len(v) <= MAX_LIST and all(len(x) <= 4096 for x in v)) for name, v in lists.items()]
-    checks += [("plots", not any(_escapes(v) for v in s.plots)),
+    seed = s.config.get("seed", 0)  # names files of `mhalab convert` (seed<n>-...)
+    checks += [("config", isinstance(seed, int) and not isinstance(seed, bool)),
+               ("plots", not any(_escapes(v) for v in s.plots)),
                ("checkpoints", not any(v is not None and _escapes(v) for v in s.checkpoints.values())),
                ("head_stats", all(_matrix(v) for v in s.head_stats.values())),
                ("head_importance", s.head_importance is None or _matrix(s.head_importance)),
@@ -200,6 +208,11 @@ def _check_depth(x: Any, where: str, depth: int = 0) -> None:
     elif isinstance(x, list):
         for v in x:
             _check_depth(v, where, depth + 1)
+
+
+def json_text(data: Any) -> str:
+    """Data as strict JSON text (indented): NaN and inf become null (`_finite`), never bare NaN or Infinity."""
+    return json.dumps(_finite(data), indent=2, allow_nan=False, default=str)
 
 
 def _finite(x: Any) -> Any:

@@ -120,6 +120,31 @@ def load_module(path: str | Path, expect: dict[str, Any] | None = None):
     return module.eval()
 
 
+def resume_from(run_dir: str | Path) -> Path:
+    """<run_dir>/checkpoints/last.ckpt, for a resumed run, once it loads (`load_checkpoint`). A damaged one is one
+    ConfigError naming it and the newest intact checkpoint beside it (by its step), which is offered, not used:
+    continuing from an earlier step is not proven to end as the run would have."""
+    from mhalab.runs.preflight import LAST
+
+    last = Path(run_dir) / LAST
+    try:
+        load_checkpoint(last)
+        return last
+    except ConfigError as e:
+        damage = str(e).removeprefix(f"checkpoint {last} ")
+    intact = []
+    for path in sorted(last.parent.glob("*.ckpt")):
+        try:
+            intact.append((int(load_checkpoint(path).get("global_step", -1)), path.name, path))
+        except (ConfigError, TypeError, ValueError):
+            continue
+    offer = (f"the newest intact checkpoint is {max(intact)[2]} (step {max(intact)[0]}): to continue from it (the "
+             f"steps after it are trained again), mv {last} {last}.damaged && cp {max(intact)[2]} {last}, then run "
+             "the same command again" if intact else "no intact checkpoint is left beside it: start the run again "
+             "without resume")
+    raise ConfigError(f"cannot resume from {last}: it {damage}; {offer}")
+
+
 def run_dir_of(ckpt: str | Path) -> Path:
     """The training run directory of a checkpoint (<run_dir>/checkpoints/<file>.ckpt)."""
     ckpt = Path(ckpt).resolve()
@@ -132,11 +157,23 @@ def load_run(ckpt: str | Path, run_dir: str | Path | None = None) -> tuple[Path,
     return rd, read_summary(rd)
 
 
-def build_data(summary: RunSummary, batch_size: int | None = None):
-    """The run's datamodule, set up (its tokenized cache reused)."""
+def build_data(summary: RunSummary, batch_size: int | None = None, where: str = "summary.json"):
+    """The run's datamodule, set up (its tokenized cache reused), from its summary (`where`), which anyone may have
+    written: a built-in task is rebuilt from its name and settings; a `data.source` class passes the allow-list and
+    this command's grants (`DataConfig.task_object`); the cache is the file's only where that is an existing mhalab
+    cache (else this command's own, `paths.cache_dir`'s default), the Hugging Face cache always this command's."""
     from mhalab.data import build_datamodule
 
-    dm = build_datamodule(summary.config["data"], batch_size=batch_size, seed=int(summary.config.get("seed", 0)))
+    data = dict(summary.config.get("data") or {})
+    cache = data.get("cache_dir")
+    if not (isinstance(cache, str) and os.path.isabs(cache) and Path(cache, "mhalab_data").is_dir()
+            and not Path(cache, "mhalab_data").is_symlink()):
+        data["cache_dir"] = os.path.join(os.environ.get("MHALAB_ROOT") or os.getcwd(), ".cache", "mhalab")
+    data["hf_cache_dir"] = None
+    try:
+        dm = build_datamodule(data, batch_size=batch_size, seed=int(summary.config.get("seed", 0)))
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
     dm.prepare_data()
     dm.setup("fit")
     return dm

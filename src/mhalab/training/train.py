@@ -246,7 +246,7 @@ def _fit(job: _Job) -> RunSummary:
     from mhalab.cost import model_cost, precision_bytes
     from mhalab.data import build_datamodule
     from mhalab.training.callbacks import StepSeed
-    from mhalab.training.checkpoint import AtomicCheckpointIO
+    from mhalab.training.checkpoint import AtomicCheckpointIO, resume_from
     from mhalab.training.module import AttentionLitModule
 
     tc, run_dir, base, last, stop, fault, t_start = (job.tc, job.run_dir, job.base, job.last, job.stop, job.fault,
@@ -274,7 +274,7 @@ def _fit(job: _Job) -> RunSummary:
 
     ckpt_path = str(tc.ckpt_path) if tc.ckpt_path else None
     if (tc.resume or slurm.requeued()) and (run_dir / LAST).is_file():
-        ckpt_path = str(run_dir / LAST)
+        ckpt_path = str(resume_from(run_dir))  # a damaged last.ckpt: one sentence, exit 2, the summary kept
         log.info("resuming from %s", ckpt_path)
     loggers, callbacks = build_loggers_and_callbacks(tc, run_dir, resuming=ckpt_path == str(run_dir / LAST))
     best = _best_checkpoint(tc, run_dir)
