@@ -265,10 +265,10 @@ def convert(checkpoints: list[Path], n_kv_heads: int, inits: list[str] | None = 
         out = load_run(checkpoints[0])[0] / f"convert_gqa{n_kv_heads}"
         check_links(out, out.parent, "write the conversion there")
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     rows = [r for c in each_with_progress("convert", checkpoints)
             for r in convert_one(Path(c), n_kv_heads, inits, uptrain_fraction, scratch, mha_control, split,
                                  max_batches, seed, lr, out)]
+    out.mkdir(parents=True, exist_ok=True)  # after the sources were read and checked
     key = headline(rows[0])
     table, comparisons = summarise(rows, key, margin)
     task = load_run(checkpoints[0])[1].task

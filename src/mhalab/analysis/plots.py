@@ -170,7 +170,8 @@ def run_cli(args) -> int:
     from mhalab.training.console import each_with_progress
 
     matrices = summary_matrices(summary)
-    pictures = [f"heatmap of {name}" for name in matrices] + ([] if args.no_maps else ["attention maps"])
+    # the attention maps first: they read the run's checkpoint and rebuild its data, which may be refused
+    pictures = ([] if args.no_maps else ["attention maps"]) + [f"heatmap of {name}" for name in matrices]
     paths = []
     for picture in each_with_progress("plots", pictures, "picture"):  # a line on stderr as each one starts
         if picture == "attention maps":

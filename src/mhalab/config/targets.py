@@ -97,13 +97,18 @@ def grant(packages: list[str]) -> None:
         name = p.strip().rstrip(".")
         if not name.isidentifier():
             raise ConfigError(f"--allow {p!r}: give a top-level package name, e.g. --allow mytasks")
-        if name in sys.stdlib_module_names or name in ("mhalab", "hydra", "hydra_plugins", "omegaconf", "torch",
-                                                       "lightning", "pytorch_lightning"):
+        if not grantable(name):
             raise ConfigError(f"--allow {p!r}: only your own packages can be granted, not the standard library, "
                               "mhalab or its dependencies")
         if name not in names:
             names.append(name)
     os.environ[GRANT_ENV] = ",".join(names)
+
+
+def grantable(package: str) -> bool:
+    """Only your own packages can be granted: not the standard library, mhalab or its core dependencies."""
+    return package not in sys.stdlib_module_names and package not in (
+        "mhalab", "hydra", "hydra_plugins", "omegaconf", "torch", "lightning", "pytorch_lightning")
 
 
 def split_allow(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -253,9 +258,11 @@ def _resolve(path: str, key: str) -> Any:
     """The object `path` names, imported only when its package is granted, and defined inside that package."""
     package = path.split(".")[0]
     if package not in granted():
+        how = f"--allow {package} on this command (or MHALAB_ALLOW={package})" if grantable(package) else \
+            f"{package} is not your own package and cannot be granted"
         raise ConfigError(f"{key}={path!r}: not an allowed class; allowed are mhalab's own classes, Lightning's "
                           "loggers and callbacks, the Hydra launcher and sweeper plugins (mhalab.config.targets), and "
-                          f"classes of packages you grant: --allow {package} on this command (or MHALAB_ALLOW={package})")
+                          f"classes of packages you grant: {how}")
     from hydra._internal.utils import _locate
 
     try:

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from mhalab.checks import check_choice, check_int
+from mhalab.checks import check_choice, check_int, walk
 from mhalab.errors import ConfigError
 
 OBJECTIVES = ("classification", "mlm", "clm")
@@ -266,6 +266,10 @@ class DataConfig:
         source = OmegaConf.to_container(self.source, resolve=True) if isinstance(self.source, (DictConfig, ListConfig)) \
             else self.source
         check_resolved(source, "data.source")
+        for key, value in walk(source, "data.source"):  # instantiate would resolve it again, into an unchecked node
+            if isinstance(value, str) and "${" in value:
+                raise ConfigError(f"{key}={value!r}: an interpolation left in the resolved data.source is refused "
+                                  "(building the task would resolve it into a config node that is not checked)")
         try:
             task = instantiate(source)
         except Exception as e:  # noqa: BLE001 - the user's class: name it and what went wrong
