@@ -131,14 +131,16 @@ def test_runs_in_different_metrics_are_refused_not_mixed(tmp_path):
         report([tmp_path])
 
 
-def test_a_nan_metric_is_left_out_not_a_traceback(tmp_path):
+def test_a_nan_metric_is_a_failed_job_not_a_traceback(tmp_path):
     write_sweep(tmp_path)
     bad = run(8, 5, float("nan"))
     bad.test_metrics = {"test/acc": float("nan")}
     write_summary(_mk(tmp_path / "nan"), bad)  # written as null (JSON has no NaN)
     r = report([tmp_path], baseline="attention.n_kv_heads=8")
     (c,) = r["comparisons"]
-    assert c["verdict"] == "separated" and "seed_5" in (tmp_path / "report" / "report.csv").read_text()
+    assert c["verdict"] == "separated" and "seed_5" not in (tmp_path / "report" / "report.csv").read_text()
+    assert [Path(f["dir"]).name for f in r["failed"] if f["kind"] == "non-finite"] == ["nan"]  # more in
+    # tests/test_report_read_back.py
 
 
 def test_identical_arms_are_said_in_words(tmp_path):

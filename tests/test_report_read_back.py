@@ -57,7 +57,8 @@ def test_report_json_is_strict_json(sweep):
     assert len(_strict((r["out"] / "failed.json").read_text())) == 2
 
 
-@pytest.mark.parametrize("argv", [["--baseline", "optim.lr=0.2"], ["--baseline=optim.lr=0.2"], ["baseline=optim.lr=0.2"]])
+@pytest.mark.parametrize("argv", [["--baseline", "optim.lr=0.2"], ["--baseline=optim.lr=0.2"],
+                                  ["baseline=optim.lr=0.2"]])
 def test_baseline_with_an_equals_sign(argv):
     p = parser("report")
     assert p.parse_args(kv_args(["d", *argv], p)).baseline == "optim.lr=0.2"

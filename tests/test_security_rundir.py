@@ -20,6 +20,7 @@ import pytest
 from conftest import TINY
 
 TIMEOUT = 180
+MARKERS = ("pwned", "pwned-pth", "pwned-import", "site/evil.pth")  # what a payload that ran leaves
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,8 @@ def _env(ws: Path, root: Path) -> dict:
 
 def _files(ws: Path, skip: Path) -> set[str]:
     """Every path under ws but the vector's copy, the working folder and the trained original."""
-    return {str(p) for p in ws.rglob("*") if not any(p == s or s in p.parents for s in (skip, ws / "cwd", ws / "train"))}
+    skipped = (skip, ws / "cwd", ws / "train")
+    return {str(p) for p in ws.rglob("*") if not any(p == s or s in p.parents for s in skipped)}
 
 
 # -- what each vector does to its copy of the run ---------------------------------------------------------------
@@ -186,6 +188,10 @@ def command(kind: str, run: Path, ws: Path) -> list[str]:
 
 def attack(ws: Path, name: str, kind: str, edit, extra=()) -> tuple[subprocess.CompletedProcess, Path]:
     run = ws / "vectors" / name / "run"
+    for marker in MARKERS:  # each vector on its own: what an earlier one left (before the fix) is gone
+        (ws / marker).unlink(missing_ok=True)
+    shutil.rmtree(ws / "outside")
+    (ws / "outside").mkdir()
     shutil.copytree(ws / "base", run, symlinks=True)
     edit(run, ws)
     before = _files(ws, run.parent)
@@ -198,7 +204,7 @@ def attack(ws: Path, name: str, kind: str, edit, extra=()) -> tuple[subprocess.C
 @pytest.mark.parametrize("name,kind,edit,code,says", VECTORS, ids=[v[0] for v in VECTORS])
 def test_vector(ws, name, kind, edit, code, says):
     r, run = attack(ws, name, kind, edit)
-    for marker in ("pwned", "pwned-pth", "pwned-import", "site/evil.pth"):
+    for marker in MARKERS:
         assert not (ws / marker).exists(), f"{name}: the payload ran ({marker})"
     assert not any((ws / "outside").iterdir()) or {p.name for p in (ws / "outside").iterdir()} == {"victim"}
     if (ws / "outside" / "victim").exists():

@@ -263,8 +263,9 @@ class DataConfig:
         from mhalab.config.targets import check_resolved
 
         # whoever wrote it (a config, a run's summary.json), it passes the allow-list and this process's grants
-        source = OmegaConf.to_container(self.source, resolve=True) if isinstance(self.source, (DictConfig, ListConfig)) \
-            else self.source
+        source = self.source
+        if isinstance(source, (DictConfig, ListConfig)):
+            source = OmegaConf.to_container(source, resolve=True)
         check_resolved(source, "data.source")
         for key, value in walk(source, "data.source"):  # instantiate would resolve it again, into an unchecked node
             if isinstance(value, str) and "${" in value:

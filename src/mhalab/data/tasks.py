@@ -22,13 +22,14 @@
       _target_: mytasks.Parity
       n: 4000
 
-    mhalab train --config-dir myconf data=parity allowed_targets=[mytasks.]
+    mhalab train --allow mytasks --config-dir myconf data=parity
 
 `load(cfg)` returns raw splits with a `text` column (and an integer or string `label` column for
 classification): the splits it does not give are carved out of `train` (`data.val_fraction`,
 `data.test_fraction`), then everything is tokenized, cached and served like a built-in task. The data config
 (`cfg`, a `mhalab.data.config.DataConfig`) is passed in for its seed and sizes. Importing your module is your
-explicit choice: `allowed_targets` (mhalab.config.targets) admits it, nothing else does.
+explicit choice: `--allow mytasks` or `MHALAB_ALLOW=mytasks` on each command that builds the task (train, and
+plots, ablate, convert reading the run back; mhalab.config.targets) admits it, nothing else does.
 """
 
 from __future__ import annotations
