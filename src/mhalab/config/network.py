@@ -58,7 +58,7 @@ def check_network(plain: dict, overrides: list[str] | tuple[str, ...]) -> None:
                                   f"environment; give it as an override ({key}=...) or leave it out")
     params = ((plain.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
     for key in params:
-        section = str(key).split(".", 1)[0]
+        section = str(key).lstrip("~+").split(".", 1)[0]
         if section in SECTIONS and str(key).rsplit(".", 1)[-1] in NETWORK_KEYS + ("mode", "_target_") and \
                 not on_command_line(f"hydra.sweeper.params.{key}", overrides) and not on_command_line(key, overrides):
             raise ConfigError(f"hydra.sweeper.params.{key} comes from a config file and would choose where the run's "

@@ -48,15 +48,15 @@ class Redaction:
         with _marking_resolvers():
             probe = OmegaConf.create(raw)
             for path, text in _leaves(raw):
-                try:
-                    value = _get(probe, path)
-                    names = _FOUND.findall(str(value)) if isinstance(value, (str, list, dict)) else []
+                try:  # a key that interpolates a list or a dict: each of its leaves
+                    found = [(path + sub, _FOUND.findall(str(v))) for sub, v in _leaves(_get(probe, path))]
                 except Exception:  # noqa: BLE001 - unresolvable here (the run reports it): judge by the text
-                    names = _NAMED.findall(str(text))
-                names = sorted(set(n for n in names if n not in LOCATIONS))
-                if names:
-                    marks[path] = MARK.format(",".join(names))
-                    names_used.update(names)
+                    found = [(path, _NAMED.findall(str(text)))]
+                for where, names in found:
+                    names = sorted(set(n for n in names if n not in LOCATIONS))
+                    if names:
+                        marks[where] = MARK.format(",".join(names))
+                        names_used.update(names)
         values = {os.environ[n]: MARK.format(n) for n in sorted(names_used) if os.environ.get(n)}
         return cls(marks, values)
 

@@ -525,6 +525,7 @@ def _start_wandb(loggers: list) -> None:
     a disk's advice for a refused connection)."""
     for logger in loggers:
         if "wandb" in type(logger).__module__.lower() or "wandb" in type(logger).__name__.lower():
+            logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)  # wandb's telemetry export, online
             try:
                 logger.experiment
             except Exception as e:  # noqa: BLE001 - wandb raises many kinds, OSError among them
