@@ -9,9 +9,10 @@ logger gets the real value of its network settings (`mhalab.config.network.NETWO
 `.hydra/config.yaml` and `hydra.yaml` unresolved (the `${oc.env:NAME}` text, not the value) and `overrides.yaml` as
 typed. `MHALAB_ROOT` (the default `paths.root_dir`) is a location, not a secret: it is left as it is.
 
-`Redaction.of(cfg)` finds the keys by resolving a copy of the config with `oc.env` answering a marker instead of
-the value, so a key that interpolates another (`logger.wandb.tags: ${tags}`) is found too; then every string that
-still contains one of those values (a value given twice, or built into another string) has it replaced as well.
+`Redaction.of(cfg)` finds the keys by resolving the config's interpolations with `oc.env` answering a marker
+instead of the value, so a key that interpolates another (`logger.wandb.tags: ${tags}`) is found too; then every
+string that still contains one of those values (a value given twice, or built into another string) has it
+replaced as well (values of MIN_SUBSTRING characters or more).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 MARK = "<redacted: oc.env:{}>"
 LOCATIONS = ("MHALAB_ROOT",)  # where files go (paths.root_dir's default), not a secret
-MIN_SUBSTRING = 6  # a shorter value is replaced only where it is a whole value, not inside other text
+MIN_SUBSTRING = 6  # a shorter value is replaced only at the keys that take it from the environment
 _SENTINEL = "@@mhalab-oc.env:{}@@"
 _FOUND = re.compile(r"@@mhalab-oc\.env:([^@]*)@@")
 _NAMED = re.compile(r"oc\.env\s*:\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)")
@@ -43,21 +44,25 @@ class Redaction:
         """The redaction of a composed or running job's config (Hydra's own node is not written resolved)."""
         raw = OmegaConf.to_container(cfg, resolve=False)
         raw.pop("hydra", None)
+        interpolated = [(path, text) for path, text in _leaves(raw) if isinstance(text, str) and "${" in text]
         marks: dict[tuple, str] = {}
         names_used: set[str] = set()
+        if not any(set(_NAMED.findall(text)) - set(LOCATIONS) or text.count("oc.env") > len(_NAMED.findall(text))
+                   for _, text in interpolated):
+            return cls(marks, {})  # no value from the environment (the usual case): nothing to resolve
         with _marking_resolvers():
-            probe = OmegaConf.create(raw)
-            for path, text in _leaves(raw):
+            for path, text in interpolated:
                 try:  # a key that interpolates a list or a dict: each of its leaves
-                    found = [(path + sub, _FOUND.findall(str(v))) for sub, v in _leaves(_get(probe, path))]
-                except Exception:  # noqa: BLE001 - unresolvable here (the run reports it): judge by the text
-                    found = [(path, _NAMED.findall(str(text)))]
+                    found = [(path + sub, _FOUND.findall(str(v))) for sub, v in _leaves(_get(cfg, path))]
+                except Exception:  # noqa: BLE001 - unresolvable here, or a typed key refusing the marker: the text
+                    found = [(path, _NAMED.findall(text))]
                 for where, names in found:
                     names = sorted(set(n for n in names if n not in LOCATIONS))
                     if names:
                         marks[where] = MARK.format(",".join(names))
                         names_used.update(names)
-        values = {os.environ[n]: MARK.format(n) for n in sorted(names_used) if os.environ.get(n)}
+        values = {os.environ[n]: MARK.format(n) for n in sorted(names_used)
+                  if len(os.environ.get(n, "")) >= MIN_SUBSTRING}
         return cls(marks, values)
 
     def keys(self) -> list[str]:
@@ -80,10 +85,7 @@ class Redaction:
             return type(node)(self._scrub(v, keep) for v in node)
         if isinstance(node, str):
             for value, mark in self.values.items():
-                if node == value:
-                    return mark
-                if len(value) >= MIN_SUBSTRING and value in node:
-                    node = node.replace(value, mark)
+                node = node.replace(value, mark)
         return node
 
 
