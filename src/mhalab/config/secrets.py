@@ -42,8 +42,10 @@ class Redaction:
     @classmethod
     def of(cls, cfg: DictConfig) -> "Redaction":
         """The redaction of a composed or running job's config (Hydra's own node is not written resolved)."""
-        raw = OmegaConf.to_container(cfg, resolve=False)
-        raw.pop("hydra", None)
+        raw = {}
+        for key in (k for k in cfg.keys() if k != "hydra"):  # Hydra's large node left out: not written resolved
+            node = cfg._get_node(key)
+            raw[key] = OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else node._value()
         interpolated = [(path, text) for path, text in _leaves(raw) if isinstance(text, str) and "${" in text]
         marks: dict[tuple, str] = {}
         names_used: set[str] = set()
