@@ -150,12 +150,16 @@ def _typed(cls, values: dict, prefix: str = ""):
     return cls(**kwargs)
 
 
-def check_job(cfg: DictConfig, run_dir: str | Path | None = None, files: tuple[str, ...] = ()):
+def check_job(cfg: DictConfig, run_dir: str | Path | None = None, files: tuple[str, ...] = (),
+              cli: list[str] | tuple[str, ...] = ()):
     """Every check of one composed job config (Hydra's node included) that runs in `run_dir`: what may run
-    (`mhalab.config.targets`), where it may write (`mhalab.config.writes`), every value (`mhalab.config.schema`),
-    its input files and the machine. `files`: the config files that set `allowed_targets`, to name them. Returns
-    its TrainConfig."""
+    (`mhalab.config.targets`), where it may write (`mhalab.config.writes`), what may send data off the machine
+    (`mhalab.config.network`: only the command line's overrides `cli`), every value (`mhalab.config.schema`), its
+    input files and the machine. `files`: the config files that set `allowed_targets`, to name them. Returns its
+    TrainConfig (with `redaction`: `mhalab.config.secrets`)."""
     from mhalab.config.compose import resolved
+    from mhalab.config.network import check_network
+    from mhalab.config.secrets import Redaction
     from mhalab.config.targets import (check_config, check_launcher_text, check_logging, check_no_grant_in_config,
                                        check_resolved)
     from mhalab.config.writes import check_writes
@@ -170,10 +174,12 @@ def check_job(cfg: DictConfig, run_dir: str | Path | None = None, files: tuple[s
         if plain["hydra"].get(name) is not None:
             check_logging(plain["hydra"][name], f"hydra.{name}")
     check_writes(plain, run_dir)
+    check_network(plain, cli)
     tc = validate(cfg, plain)
     check_inputs(tc)
     check_machine(tc)
-    tc.defining = defining(plain)
+    tc.redaction = Redaction.of(cfg)
+    tc.defining = defining(tc.redaction(plain))
     return tc
 
 
@@ -279,8 +285,10 @@ def preflight(argv: list[str], task_function=None, keep_composer: bool = False) 
         if cfg is None:
             return _preflight_multirun(composer, argv, overrides)
         run_dir = OmegaConf.select(cfg, "hydra.run.dir")
-        tc = check_job(cfg, run_dir, _files(composer, cfg))
+        tc = check_job(cfg, run_dir, _files(composer, cfg), overrides)
         check_unlocked(Path(run_dir))  # Hydra writes its bookkeeping there before any job code runs
+        if not tc.resume:
+            check_not_a_run(Path(run_dir), "hydra.run.dir")
         log_dir = Path(tc.paths.log_dir)
         check_writable(log_dir, "paths.log_dir")
         plan = Plan(list(argv), False, [(overrides, tc)], mode=OmegaConf.select(cfg, "hydra.mode"))
@@ -337,11 +345,12 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
     sweep_dir = str(OmegaConf.select(master, "hydra.sweep.dir"))
     sweeper = str(OmegaConf.select(master, "hydra.sweeper._target_", default=""))
     if not sweeper.endswith("BasicSweeper"):  # e.g. Optuna: its trials are drawn while it runs
-        tc = check_job(master, sweep_dir, _files(composer, master))
+        tc = check_job(master, sweep_dir, _files(composer, master), overrides)
         if tc.resume:
             raise ConfigError(f"resume with the sweeper {sweeper}: only grid sweeps (the basic sweeper) resume")
         check_launcher(master, int(OmegaConf.select(master, "hydra.sweeper.n_jobs", default=1) or 1))
         check_sweep_direction(master, tc.optimized_metric)
+        check_not_a_run(Path(sweep_dir), "hydra.sweep.dir")
         check_writable(Path(tc.paths.log_dir), "paths.log_dir")
         return Plan(list(argv), True, [(overrides, tc)])
     from mhalab.config.targets import check_config, check_no_grant_in_config
@@ -349,7 +358,7 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
     check_no_grant_in_config(master, list(_files(composer, master)))
     check_config(master)  # the launcher and Hydra's callbacks, before any job
     params = [f"{k}={v}" for k, v in (OmegaConf.select(master, "hydra.sweeper.params", default=None) or {}).items()]
-    task = list(OmegaConf.select(master, "hydra.overrides.task") or [])
+    task = OmegaConf.to_container(master.hydra.overrides.task)  # as typed, as the sweeper reads them
     parser = OverridesParser.create()
     jobs = [list(job) for batch in BasicSweeper.split_arguments(parser.parse_overrides(params + task), None)
             for job in batch]
@@ -367,11 +376,13 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
             if Path(sweep_dir).resolve() not in Path(job_dir).resolve().parents:
                 raise ConfigError(f"hydra.sweep.subdir={OmegaConf.select(cfg, 'hydra.sweep.subdir')!r}: a job's "
                                   f"folder must be inside the sweep directory {sweep_dir}")
-            checked.append((job, check_job(cfg, job_dir, _files(composer, cfg))))
+            checked.append((job, check_job(cfg, job_dir, _files(composer, cfg), overrides)))
             check_unlocked(Path(job_dir))  # Hydra writes its bookkeeping there before any job code runs
         except ConfigError as e:
             raise ConfigError(f"sweep job {i} ({' '.join(job)}): {e}") from None
     tc = checked[0][1]
+    if not tc.resume:
+        check_not_a_run(Path(sweep_dir), "hydra.sweep.dir")
     check_launcher(master, len(checked))  # the cluster's own answer, before anything is written
     check_writable(Path(tc.paths.log_dir), "paths.log_dir")
     plan = Plan(list(argv), True, checked)
@@ -524,6 +535,31 @@ def resume_sweep(tc, jobs: list, multiruns_dir: Path) -> Path:
 
     check_links(sweep_dir, sweep_dir, "resume the sweep there")
     return sweep_dir.resolve()
+
+
+RUN_MARKS = (SUMMARY, "checkpoints", ".hydra")  # what a started run leaves in its directory
+
+
+def holds_run(directory: Path) -> list[str]:
+    """What of a run (RUN_MARKS) a directory holds; empty when none."""
+    return [m for m in RUN_MARKS if (directory / m).exists()]
+
+
+def check_not_a_run(directory: Path, key: str) -> None:
+    """ConfigError when a run directory (`hydra.run.dir`) or a sweep directory (`hydra.sweep.dir`: any of its job
+    folders) already holds a run: a new run there would replace its results. A requeued SLURM job continues in its
+    own directory."""
+    from mhalab.runs.slurm import requeued
+
+    if requeued() or not directory.is_dir():
+        return
+    found = holds_run(directory)
+    if key == "hydra.sweep.dir":
+        found += [f"{d.name}/{m}" for d in sorted(directory.iterdir()) if d.is_dir() for m in holds_run(d)]
+    if found:
+        raise ConfigError(f"{key}={directory} already holds a run ({', '.join(found[:3])}): a new run there would "
+                          f"replace its results; resume it with resume={directory}, or choose a new directory "
+                          f"(leave {key} out and each command gets its own)")
 
 
 class Finished(Exception):

@@ -88,7 +88,7 @@ def run(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     multirun = hc.mode == RunMode.MULTIRUN
-    overrides = list(hc.overrides.task)
+    overrides = OmegaConf.to_container(hc.overrides.task)  # as typed: `${oc.env:...}` not resolved
     sweep_dir = Path(hc.runtime.cwd, hc.sweep.dir) if multirun and stopping.stops_as_a_whole(hc) else None
     if sweep_dir is not None and stopping.stopped(sweep_dir) is not None:
         _leave_unstarted(run_dir)  # the sweep was stopped before this job began: resuming it runs the job
@@ -141,6 +141,7 @@ def _check_running_job(cfg: DictConfig, hc, run_dir: Path):
     """The preflight's checks again on the config Hydra gave this job (what mhalab instantiates, where it writes,
     every value), then record what the run computes for `resume` to match on. Returns its TrainConfig."""
     from mhalab.runs.preflight import defining, write_defining
+    from mhalab.config.secrets import Redaction
     from mhalab.config.targets import check_config, check_resolved
     from mhalab.config.writes import check_writes
 
@@ -150,9 +151,10 @@ def _check_running_job(cfg: DictConfig, hc, run_dir: Path):
     plain["hydra"] = {"job": {"chdir": bool(hc.job.chdir)}}  # Hydra's own nodes were used before the job began
     check_writes(plain, run_dir)
     tc = validate(cfg, plain)
+    tc.redaction = Redaction.of(cfg)  # values from the environment: real in memory, redacted in files and loggers
     if launcher_rank() == 0:
-        write_defining(run_dir, plain)
-    tc.defining = defining(plain)
+        write_defining(run_dir, tc.redaction(plain))
+    tc.defining = defining(tc.redaction(plain))
     return tc
 
 
@@ -184,6 +186,9 @@ def train(tc, run_dir: Path, overrides: list[str], sweep_dir: Path | None = None
     a full disk or a bug leaves behind (a checkpoint, an "interrupted" or "failed" summary) and the exit it makes."""
     if launcher_rank() == 0:  # seconds pass before the header: say so at once
         log.info("mhalab: config checked; loading torch and Lightning, then the data")
+        if tc.redaction.marks:
+            log.info("mhalab: values from the environment (oc.env) are redacted in this run's files and loggers: %s",
+                     ", ".join(tc.redaction.keys()))
     import torch
 
     from mhalab.training.callbacks import FaultInjection, GracefulStop, LastCheckpoint
@@ -197,7 +202,7 @@ def train(tc, run_dir: Path, overrides: list[str], sweep_dir: Path | None = None
     fault = FaultInjection(**dataclasses.asdict(tc.fault))
     torch.set_num_threads(tc.torch_threads or job_threads())  # before the environment is recorded
     base = RunSummary(status="ok", task=tc.data.task, objective=tc.data.objective, overrides=overrides,
-                      config=_plain(tc), environment=_environment())
+                      config=tc.redaction(_plain(tc)), environment=_environment())
     job = _Job(tc, run_dir, base, last, stop, fault, t_start)
     try:
         stop.install()  # from here a signal stops the run at once, or at a step boundary while training
@@ -220,6 +225,10 @@ def train(tc, run_dir: Path, overrides: list[str], sweep_dir: Path | None = None
         raise _Stop(1) from None
     except ConfigError:
         raise
+    except WandbError as e:
+        print(f"error: {e}", file=sys.stderr)
+        _write_failure(run_dir, base, job.trainer, "failed", "wandb", str(e))
+        raise _Stop(1) from None
     except OSError as e:  # disk full, unwritable directory, file too large
         from mhalab.data.cache import CacheWriteError
 
@@ -282,6 +291,7 @@ def _fit(job: _Job) -> RunSummary:
     trainer = job.trainer = L.Trainer(**_trainer_kwargs(tc), default_root_dir=str(run_dir), callbacks=callbacks,
                                       logger=loggers or False, plugins=[AtomicCheckpointIO()],
                                       profiler=_profiler(tc, run_dir))
+    _start_wandb(loggers)
     for logger in loggers:
         logger.log_hyperparams({"config": base.config, "architecture": base.architecture, "cost": cost})
     if tc.train:
@@ -329,7 +339,10 @@ def build_loggers_and_callbacks(tc, run_dir: Path, resuming: bool) -> tuple[list
     run and keeps the CSV written before the interruption; no progress bar without a terminal."""
     from hydra.utils import instantiate
 
-    logger_cfg = OmegaConf.create(OmegaConf.to_container(tc.logger, resolve=True)) if tc.logger else {}
+    from mhalab.config.network import NETWORK_KEYS, environment_wins
+
+    logger_cfg = OmegaConf.create(environment_wins(tc.redaction(
+        OmegaConf.to_container(tc.logger, resolve=True), ("logger",), keep=NETWORK_KEYS))) if tc.logger else {}
     if resuming and "wandb" in logger_cfg and wandb_run_id(run_dir):
         logger_cfg.wandb.id = wandb_run_id(run_dir)
         logger_cfg.wandb.resume = "allow"
@@ -499,13 +512,38 @@ def _remove_run_dir(run_dir: Path) -> None:
     shutil.rmtree(run_dir, ignore_errors=True)
 
 
+class WandbError(Exception):
+    """wandb could not start or end its run (a network, login or settings error): one sentence, exit status 1."""
+
+
+WANDB_ADVICE = ("check logger.wandb.mode and its settings (base_url, api_key) and the network, or keep the run on "
+                "this machine with logger.wandb.mode=offline or WANDB_MODE=offline")
+
+
+def _start_wandb(loggers: list) -> None:
+    """Start each wandb logger's run now, so that a failure is one sentence naming wandb (not a traceback, and not
+    a disk's advice for a refused connection)."""
+    for logger in loggers:
+        if "wandb" in type(logger).__module__.lower() or "wandb" in type(logger).__name__.lower():
+            logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)  # wandb's telemetry export, online
+            try:
+                logger.experiment
+            except Exception as e:  # noqa: BLE001 - wandb raises many kinds, OSError among them
+                first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+                raise WandbError(f"wandb could not start its run ({type(e).__name__}: {first[:200]}); "
+                                 f"{WANDB_ADVICE}") from None
+
+
 def _finish_wandb() -> None:
-    """Close any wandb run (also after an error, and between multirun jobs)."""
+    """Close any wandb run (also after an error, and between multirun jobs); a failure is one line."""
     if "wandb" in sys.modules:
         import wandb
 
         if wandb.run is not None:
-            wandb.finish()
+            try:
+                wandb.finish()
+            except Exception as e:  # noqa: BLE001 - the run's own results are written already
+                print(f"error: wandb could not finish its run ({type(e).__name__}); {WANDB_ADVICE}", file=sys.stderr)
 
 
 if __name__ == "__main__":
