@@ -273,6 +273,28 @@ class StartupConfig(MachineConfig):
         check_int("sweep_jobs", self.sweep_jobs, 1, 10_000)
 
 
+# -- overhead ------------------------------------------------------------------------------------------------
+
+@dataclass
+class OverheadConfig(MachineConfig):
+    """`mhalab bench overhead`: a real run's training step (`mhalab train` on `recipe`, every callback and logger)
+    against a plain PyTorch loop on the same model, weights, optimiser and batches, alternating in one process."""
+
+    recipe: List[str] = field(default_factory=lambda: ["experiment=kv_sweep"])
+    rounds: int = 7
+    steps_per_round: int = 40
+    warmup_steps: int = 20
+    goal: float = 1.05  # the ratio run / plain the step should stay within
+    cache_dir: Optional[str] = None  # the data cache (default: the run's own)
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_int("rounds", self.rounds, 1)
+        check_int("steps_per_round", self.steps_per_round, 1)
+        check_int("warmup_steps", self.warmup_steps, 0)
+        check_number("goal", self.goal, 1)
+
+
 # -- gpu -------------------------------------------------------------------------------------------------------
 
 @dataclass
@@ -312,7 +334,7 @@ class GpuConfig:
 
 
 CONFIGS = {"complexity": ComplexityConfig, "train": ThroughputConfig, "startup": StartupConfig,
-           "gpu": GpuConfig}
+           "overhead": OverheadConfig, "gpu": GpuConfig}
 
 
 def parse(name: str, overrides: list[str] | tuple[str, ...] = ()):
