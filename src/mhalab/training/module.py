@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from torchmetrics import MaxMetric, MeanMetric, Metric
 
-from mhalab.training.evaluation import batch_sums, mean_cross_entropy, metrics_from_sums
+from mhalab.training.evaluation import batch_correct, batch_sums, mean_cross_entropy, metrics_from_sums
 from mhalab.report.comparison import lower_is_better
 from mhalab.model import build_model
 from mhalab.architecture import Architecture
@@ -93,6 +93,14 @@ class AttentionLitModule(L.LightningModule):
     def attention_layers(self):
         return self.model.attention_layers()
 
+    def on_before_batch_transfer(self, batch: dict[str, Tensor], dataloader_idx: int) -> dict[str, Tensor]:
+        """A batch with nothing padded loses its all-False padding_mask (checked on the host, before the transfer):
+        attention then takes the unmasked path, whose results on the CPU are the masked path's, bit for bit."""
+        mask = batch.get("padding_mask")
+        if mask is not None and mask.device.type == "cpu" and not mask.any():
+            batch = {k: v for k, v in batch.items() if k != "padding_mask"}
+        return batch
+
     def to_device(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         return {k: v.to(self.device) for k, v in batch.items()}
 
@@ -123,7 +131,7 @@ class AttentionLitModule(L.LightningModule):
         self.tokens_seen += batch["input_ids"].numel()
         self._last_loss = loss.detach()
         self.train_loss(loss)
-        self.train_sums(batch_sums(logits.detach(), labels))
+        self.train_sums(batch_correct(logits.detach(), labels))  # train/acc needs no second loss
         self.log("train/loss", self.train_loss, on_step=True, on_epoch=False, prog_bar=True)
         return loss
 
