@@ -84,7 +84,8 @@ def _stack_columns(table: pa.Table) -> dict[str, torch.Tensor] | None:
     for name in table.column_names:
         col = table.column(name).combine_chunks()
         if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
-            lengths = np.diff(np.asarray(col.offsets))
+            offsets = np.frombuffer(col.buffers()[1], dtype=np.int64 if pa.types.is_large_list(col.type) else np.int32)
+            lengths = np.diff(offsets[col.offset:col.offset + n + 1])  # (not to_numpy: it would import pandas)
             if n == 0 or col.null_count or (lengths != lengths[0]).any() or col.type.value_type not in NUMPY:
                 return None
             values = col.flatten()
