@@ -49,10 +49,9 @@ class ArrowSplit:
         if isinstance(key, str):  # a whole column
             return _column([_tensor(v) for v in self.data.column(key).to_pylist()])
         if isinstance(key, (list, tuple)):  # a batch: {column: [value per example]}
-            stacked = self.stacked()
-            if stacked is not None:
-                index = torch.tensor(key, dtype=torch.long)
-                return {name: list(t[index].unbind(0)) for name, t in stacked.items()}
+            rows = self.rows(key)
+            if rows is not None:
+                return {name: list(t.unbind(0)) for name, t in rows.items()}
             rows = [self[i] for i in key]
             return {name: [row[name] for row in rows] for name in self.column_names}
         if key < 0:
@@ -69,6 +68,14 @@ class ArrowSplit:
             self._stacked = _stack_columns(self.data)
             self._stackable = self._stacked is not None
         return self._stacked
+
+    def rows(self, indices) -> dict[str, torch.Tensor] | None:
+        """{column: (len(indices), ...) tensor} of these examples when the split is `stacked`, else None."""
+        stacked = self.stacked()
+        if stacked is None:
+            return None
+        index = torch.as_tensor(indices, dtype=torch.long)  # (B,)
+        return {name: t[index] for name, t in stacked.items()}
 
     def flat(self, column: str) -> np.ndarray:
         """Every value of a list column, as one array read from the Arrow buffer (no copy row by row)."""
@@ -97,8 +104,7 @@ def _stack_columns(table: pa.Table) -> dict[str, torch.Tensor] | None:
         if values.null_count or len(values) > MAX_STACKED:
             return None
         array = np.frombuffer(values.buffers()[1], dtype=NUMPY[values.type])[values.offset:values.offset + len(values)]
-        t = torch.from_numpy(array.copy())
-        t = t.to(torch.float32) if t.is_floating_point() else t.to(torch.int64)
+        t = torch.from_numpy(array.astype(np.float32 if array.dtype.kind == "f" else np.int64))  # one copy
         out[name] = t.view(n, width) if width is not None else t
     return out
 

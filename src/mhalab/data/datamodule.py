@@ -113,11 +113,13 @@ class TextDataModule(L.LightningDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         workers = self.cfg.num_workers
         sampler = EpochSampler(len(self.datasets[split]), self.seed, self._train_position) if shuffle else None
+        collate = self.collate_fn(split)
+        whole = isinstance(collate, (LabelledCollator, ClassificationCollator))  # no per-example randomness
         return ResumableLoader(
-            EpochIndexed(self.datasets[split]),
+            EpochIndexed(self.datasets[split], whole_batches=whole),
             batch_size=self.batch_size,
             sampler=sampler,
-            collate_fn=self.collate_fn(split),
+            collate_fn=collate,
             num_workers=workers,
             persistent_workers=workers > 0,
         )
