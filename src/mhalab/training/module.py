@@ -93,14 +93,6 @@ class AttentionLitModule(L.LightningModule):
     def attention_layers(self):
         return self.model.attention_layers()
 
-    def on_before_batch_transfer(self, batch: dict[str, Tensor], dataloader_idx: int) -> dict[str, Tensor]:
-        """A batch with nothing padded loses its all-False padding_mask (checked on the host, before the transfer):
-        attention then takes the unmasked path, whose results on the CPU are the masked path's, bit for bit."""
-        mask = batch.get("padding_mask")
-        if mask is not None and mask.device.type == "cpu" and not mask.any():
-            batch = {k: v for k, v in batch.items() if k != "padding_mask"}
-        return batch
-
     def to_device(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         return {k: v.to(self.device) for k, v in batch.items()}
 
