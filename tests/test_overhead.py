@@ -174,3 +174,19 @@ def test_stacked_columns_are_typed_as_the_torch_format_types_them(data_cache):
     stacked = split.stacked()
     assert {k: v.dtype for k, v in stacked.items()} == {k: v.dtype for k, v in split[0].items()}
     assert all(torch.equal(stacked[k][3], v) for k, v in split[3].items())
+
+
+def test_the_sweep_figure_times_a_real_sweep_against_one_plain_process(tmp_path):
+    import os
+
+    from mhalab.bench.config import parse
+    from mhalab.bench.sweep import time_sweep
+
+    cfg = parse("startup", ["sweep_runs=2", "sweep_steps=3", "sweep_rounds=1", "threads=1"])
+    env = {**os.environ, "WANDB_SILENT": "true"}
+    got = time_sweep(cfg, env, str(tmp_path))
+    assert got["runs"] == 2 and got["steps"] == 3 and len(got["rows"]) == 1
+    row = got["rows"][0]
+    assert row["sweep_s"] > 0 and row["plain_s"] > 0 and got["ratio"] == pytest.approx(row["sweep_s"] / row["plain_s"])
+    jobs = sorted((tmp_path / "sweep0").rglob("summary.json"))
+    assert len(jobs) == 2 and all(json.loads(p.read_text())["status"] == "ok" for p in jobs)
