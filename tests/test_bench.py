@@ -62,7 +62,7 @@ def test_a_bad_override_is_one_sentence_naming_the_key_and_exit_2(sub, override,
 
 
 def test_cli_usage_cfg_and_unknown_subcommand(capsys):
-    assert bench.main(["--help"]) == 0 and "complexity,train,startup,gpu" in capsys.readouterr().out
+    assert bench.main(["--help"]) == 0 and "complexity,train,startup,overhead,gpu" in capsys.readouterr().out
     assert bench.main(["train", "--cfg"]) == 0 and "every_n_steps: 50" in capsys.readouterr().out
     assert bench.main(["nope"]) == 2 and "unknown subcommand" in capsys.readouterr().err
     from mhalab.cli import main as cli_main
@@ -412,6 +412,7 @@ def test_startup_rotates_the_order_and_reports_the_median_ratio(tmp_path, monkey
 
     monkeypatch.setattr(startup, "timed", fake)
     monkeypatch.setattr(startup, "time_sweep_preflight", lambda cfg, env: 4.5)
+    monkeypatch.setattr(startup, "time_sweep", lambda cfg, env, root: None)  # tests/test_overhead.py runs it
     r = startup.run_startup(parse("startup", ["rounds=3", f"out_dir={tmp_path}"]))
     assert order == ["run", "baseline", "run", "frozen", "run", "frozen", "baseline", "frozen", "baseline", "run"]
     # round 1: baseline 2.0, run 3.0, frozen 2.5; round 2: run 6.0, frozen 2.4, baseline 4.0;

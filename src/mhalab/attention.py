@@ -204,20 +204,21 @@ class MultiHeadAttention(nn.Module):
         mask = self._mask(key_padding_mask, causal, B, T, S, past, x.device)  # (B|1, 1, T|1, S) bool or None
         dropout_p = self.dropout if self.training else 0.0
 
+        plain_causal = causal and key_padding_mask is None and past == 0 and T == S  # every row sees its own key
         if need_weights or self.backend == "math" or (hooked and not PATTERN_POINTS.isdisjoint(self.hook_fns)):
             y, weights = self._math_attention(q, k, v, mask, dropout_p)
             weights = weights if need_weights else None
+            plain_causal = False
         else:
             # GQA: enable_gqa, chosen by measurement (scripts/measure_gqa_sdpa.py; 2-core CPU, torch 2.13, B=4,
             # n_heads=16, n_kv_heads=2, T=2048, d_head=64): with a padding mask 387 ms / +39 MiB peak RSS against
             # 405 ms / +105 MiB for repeat_interleave, whose extra is the (B, H, S, D) copy of K and V. Both stay on the
             # fused kernel with a mask (a materialised (B, H, T, S) score matrix would be 1 GiB).
-            plain_causal = causal and key_padding_mask is None and past == 0 and T == S
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=None if plain_causal else mask,
                                                is_causal=plain_causal, dropout_p=dropout_p,
                                                enable_gqa=self.n_kv_heads != self.n_heads)  # (B, H, T, D)
             weights = None
-        if mask is not None:
+        if mask is not None and not plain_causal:
             # A query row with every key masked (e.g. an all-padding sequence) gives NaN; zero it so it stays inert.
             y = y.nan_to_num(0.0)
         z = y.transpose(1, 2)  # (B, T, H, D)

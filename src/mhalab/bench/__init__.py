@@ -1,4 +1,4 @@
-"""`mhalab bench {complexity,train,startup,gpu} [key=value ...]`: benchmarks of the cost claims, on the machine at hand.
+"""`mhalab bench {complexity,train,startup,overhead,gpu} [key=value ...]`: benchmarks of the cost claims, on the machine at hand.
 
     complexity  one attention layer against n (FLOPs counted and in closed form, time, peak memory, log-log fits),
                 equal-cost heads (fixed n_heads x d_head), KV-cache decoding from MHA to MQA   (complexity.py)
@@ -6,6 +6,8 @@
                 statistics callback's pass                                                   (throughput.py)
     startup     a tiny 1-step `mhalab train` against `import torch, lightning`: what a run costs beyond its
                 imports, which every job of a sweep pays                                      (startup.py)
+    overhead    a real run's training step against a plain PyTorch loop on the same model and batches, with
+                both fractions of the matmul peak measured in the same rounds                (overhead.py)
     gpu         the GPU check: tests, training runs, throughput with MFU, complexity and decoding at GPU sizes,
                 and a report, into one folder; `dry_run=true` runs it on the CPU with tiny shapes  (gpu.py)
 
@@ -22,20 +24,23 @@ SUBCOMMANDS = {
     "complexity": "attention cost vs n, equal-cost heads, KV-cache decoding",
     "train": "training throughput, mhalab vs torch.nn.TransformerEncoder, and the statistics pass's cost",
     "startup": "a tiny 1-step run against `import torch, lightning`: a run's cost beyond its imports",
+    "overhead": "a run's training step against a plain PyTorch loop on the same model and batches",
     "gpu": "the GPU check: tests, training, throughput and MFU, complexity, decoding, report (dry_run=true: CPU)",
 }
 
-USAGE = """usage: mhalab bench {complexity,train,startup,gpu} [key=value ...] [--cfg]
+USAGE = """usage: mhalab bench {complexity,train,startup,overhead,gpu} [key=value ...] [--cfg]
 
   complexity  attention cost vs n, equal-cost heads, KV-cache decoding
   train       training throughput, mhalab vs torch.nn.TransformerEncoder, and the statistics pass's cost
   startup     a tiny 1-step run against `import torch, lightning`: a run's cost beyond its imports
+  overhead    a run's training step (kv_sweep recipe) against a plain PyTorch loop, with fractions of peak
   gpu         the GPU check into one folder: tests, training, throughput and MFU, complexity, decoding, report
 
 examples:
   mhalab bench complexity threads=1 grid.n=[64,128,256] backends=[math] sections=[scaling]
   mhalab bench train threads=1 n_heads=[4,8] rounds=11 out_dir=outputs/bench/train
   mhalab bench startup rounds=7
+  mhalab bench overhead threads=1 rounds=7           # the kv_sweep job's step against a plain loop
   mhalab bench gpu out=experiments/gpu/h100        # on a CUDA machine
   mhalab bench gpu dry_run=true out=/tmp/gpu-dry   # the same command on the CPU, tiny shapes, no GPU figures
   mhalab bench train --cfg                         # every key of a subcommand with its default"""
@@ -55,6 +60,10 @@ def run(sub: str, cfg):
         from mhalab.bench.startup import run_startup
 
         return run_startup(cfg)
+    if sub == "overhead":
+        from mhalab.bench.overhead import run_overhead
+
+        return run_overhead(cfg)
     from mhalab.bench.gpu import run_gpu
 
     return run_gpu(cfg)

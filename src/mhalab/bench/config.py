@@ -265,12 +265,42 @@ class StartupConfig(MachineConfig):
     run_overrides: List[str] = field(default_factory=lambda: list(TINY_RUN))
     goal: float = 1.25  # the ratio the run should stay within
     sweep_jobs: int = 100  # the preflight of a sweep of this many jobs (the run's overrides, seeds 0..n-1) is timed
+    sweep_runs: int = 6  # a sweep of this many runs of sweep_steps steps against the same runs in one plain process
+    sweep_steps: int = 100
+    sweep_rounds: int = 2  # 0: no sweep figure
+    sweep_goal: float = 1.10
 
     def __post_init__(self):
         super().__post_init__()
         check_int("rounds", self.rounds, 1)
         check_number("goal", self.goal, 1)
         check_int("sweep_jobs", self.sweep_jobs, 1, 10_000)
+        check_int("sweep_runs", self.sweep_runs, 1, 1000)
+        check_int("sweep_steps", self.sweep_steps, 1)
+        check_int("sweep_rounds", self.sweep_rounds, 0)
+        check_number("sweep_goal", self.sweep_goal, 1)
+
+
+# -- overhead ------------------------------------------------------------------------------------------------
+
+@dataclass
+class OverheadConfig(MachineConfig):
+    """`mhalab bench overhead`: a real run's training step (`mhalab train` on `recipe`, every callback and logger)
+    against a plain PyTorch loop on the same model, weights, optimiser and batches, alternating in one process."""
+
+    recipe: List[str] = field(default_factory=lambda: ["experiment=kv_sweep"])
+    rounds: int = 7
+    steps_per_round: int = 40
+    warmup_steps: int = 20
+    goal: float = 1.05  # the ratio run / plain the step should stay within
+    cache_dir: Optional[str] = None  # the data cache (default: the run's own)
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_int("rounds", self.rounds, 1)
+        check_int("steps_per_round", self.steps_per_round, 1)
+        check_int("warmup_steps", self.warmup_steps, 0)
+        check_number("goal", self.goal, 1)
 
 
 # -- gpu -------------------------------------------------------------------------------------------------------
@@ -312,7 +342,7 @@ class GpuConfig:
 
 
 CONFIGS = {"complexity": ComplexityConfig, "train": ThroughputConfig, "startup": StartupConfig,
-           "gpu": GpuConfig}
+           "overhead": OverheadConfig, "gpu": GpuConfig}
 
 
 def parse(name: str, overrides: list[str] | tuple[str, ...] = ()):

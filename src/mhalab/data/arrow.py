@@ -5,6 +5,10 @@ import (pandas, pyarrow, huggingface_hub: about a second of CPU), which every jo
 reader gives the datamodule what it uses of a torch-formatted `datasets.Dataset`: `len`, `column_names`, `data`
 (the Arrow table), an example by index (`{column: tensor}`), a batch by a list of indices (`{column: [tensor, ...]}`)
 and a whole column by name. Integers become int64 tensors, floats float32, strings stay strings, as there.
+
+A split whose every column holds numbers or lists of one length (MQAR, the synthetic tasks) fits in memory as one
+tensor a column (`MAX_STACKED` values at most): a batch is then rows of those tensors, not examples read one by one
+from Arrow (the same values, some 100x faster).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import pyarrow as pa
 import torch
 
 NUMPY = {pa.int32(): np.int32, pa.int64(): np.int64, pa.float32(): np.float32, pa.float64(): np.float64}
+MAX_STACKED = 1 << 25  # values of a split held as stacked tensors (256 MiB of int64)
 
 
 def load_splits(folder: Path) -> dict[str, "ArrowSplit"]:
@@ -34,6 +39,8 @@ class ArrowSplit:
         tables = [pa.ipc.open_stream(pa.memory_map(str(Path(folder) / f["filename"]))).read_all() for f in files]
         self.data = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         self.column_names = list(self.data.column_names)
+        self._stacked: dict[str, torch.Tensor] | None = None  # {column: (N, ...) tensor}, read at the first batch
+        self._stackable: bool | None = None
 
     def __len__(self) -> int:
         return self.data.num_rows
@@ -42,6 +49,9 @@ class ArrowSplit:
         if isinstance(key, str):  # a whole column
             return _column([_tensor(v) for v in self.data.column(key).to_pylist()])
         if isinstance(key, (list, tuple)):  # a batch: {column: [value per example]}
+            rows = self.rows(key)
+            if rows is not None:
+                return {name: list(t.unbind(0)) for name, t in rows.items()}
             rows = [self[i] for i in key]
             return {name: [row[name] for row in rows] for name in self.column_names}
         if key < 0:
@@ -51,12 +61,52 @@ class ArrowSplit:
         row = self.data.slice(key, 1).to_pydict()  # (Table.take would import pandas)
         return {name: _tensor(values[0]) for name, values in row.items()}
 
+    def stacked(self) -> dict[str, torch.Tensor] | None:
+        """{column: (N,) or (N, T) tensor} when every column holds numbers or lists of numbers of one length T and
+        the split has at most MAX_STACKED values; else None. Read once, then kept."""
+        if self._stackable is None:
+            self._stacked = _stack_columns(self.data)
+            self._stackable = self._stacked is not None
+        return self._stacked
+
+    def rows(self, indices) -> dict[str, torch.Tensor] | None:
+        """{column: (len(indices), ...) tensor} of these examples when the split is `stacked`, else None."""
+        stacked = self.stacked()
+        if stacked is None:
+            return None
+        index = torch.as_tensor(indices, dtype=torch.long)  # (B,)
+        return {name: t[index] for name, t in stacked.items()}
+
     def flat(self, column: str) -> np.ndarray:
         """Every value of a list column, as one array read from the Arrow buffer (no copy row by row)."""
         values = self.data.column(column).combine_chunks().flatten()
         if values.null_count:
             raise ValueError(f"column {column!r} has missing values")
         return np.frombuffer(values.buffers()[1], dtype=NUMPY[values.type])[values.offset:values.offset + len(values)]
+
+
+def _stack_columns(table: pa.Table) -> dict[str, torch.Tensor] | None:
+    """Every column as one tensor, typed as `_tensor` types a value (int64, float32), or None (see `stacked`)."""
+    out, n = {}, table.num_rows
+    for name in table.column_names:
+        col = table.column(name).combine_chunks()
+        if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+            offsets = np.frombuffer(col.buffers()[1], dtype=np.int64 if pa.types.is_large_list(col.type) else np.int32)
+            lengths = np.diff(offsets[col.offset:col.offset + n + 1])  # (not to_numpy: it would import pandas)
+            if n == 0 or col.null_count or (lengths != lengths[0]).any() or col.type.value_type not in NUMPY:
+                return None
+            values = col.flatten()
+            width = int(lengths[0])
+        elif col.type in NUMPY and not col.null_count:
+            values, width = col, None
+        else:
+            return None
+        if values.null_count or len(values) > MAX_STACKED:
+            return None
+        array = np.frombuffer(values.buffers()[1], dtype=NUMPY[values.type])[values.offset:values.offset + len(values)]
+        t = torch.from_numpy(array.astype(np.float32 if array.dtype.kind == "f" else np.int64))  # one copy
+        out[name] = t.view(n, width) if width is not None else t
+    return out
 
 
 def _tensor(value):

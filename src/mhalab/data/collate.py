@@ -21,13 +21,21 @@ def pad(sequences: list[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch
     return input_ids, padding_mask
 
 
+def unpadded(input_ids: torch.Tensor) -> torch.Tensor:
+    """The padding mask (B, T) of a batch of sequences of one length: all False."""
+    return torch.zeros(input_ids.shape, dtype=torch.bool)
+
+
 class ClassificationCollator:
-    """``[CLS] + tokens`` examples with one label each."""
+    """``[CLS] + tokens`` examples with one label each; also a batch read as whole columns (``Columns``)."""
 
     def __init__(self, pad_id: int) -> None:
         self.pad_id = pad_id
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
+        if isinstance(examples, dict):  # Columns: (B, T) ids of one length, (B,) labels
+            ids = examples["input_ids"]
+            return {"input_ids": ids, "padding_mask": unpadded(ids), "labels": examples["label"]}
         input_ids, padding_mask = pad([e["input_ids"] for e in examples], self.pad_id)
         labels = torch.tensor([int(e["label"]) for e in examples], dtype=torch.long)
         return {"input_ids": input_ids, "padding_mask": padding_mask, "labels": labels}
@@ -47,12 +55,16 @@ class CausalLMCollator:
 
 
 class LabelledCollator:
-    """Examples that carry their own per-position ``labels`` (synthetic tasks): padded, passed through."""
+    """Examples that carry their own per-position ``labels`` (synthetic tasks): padded, passed through; also a
+    batch read as whole columns (``Columns``)."""
 
     def __init__(self, pad_id: int) -> None:
         self.pad_id = pad_id
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
+        if isinstance(examples, dict):  # Columns: (B, T) ids and labels of one length
+            ids = examples["input_ids"]
+            return {"input_ids": ids, "padding_mask": unpadded(ids), "labels": examples["labels"]}
         input_ids, padding_mask = pad([e["input_ids"] for e in examples], self.pad_id)
         labels, _ = pad([e["labels"] for e in examples], IGNORE_INDEX)
         return {"input_ids": input_ids, "padding_mask": padding_mask, "labels": labels}

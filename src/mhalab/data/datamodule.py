@@ -56,6 +56,14 @@ class TextDataModule(L.LightningDataModule):
         self.tokenizer = tok
         self.n_classes, self.label_names = meta["n_classes"], meta["label_names"]
 
+    def on_before_batch_transfer(self, batch: dict[str, torch.Tensor], dataloader_idx: int) -> dict:
+        """A batch with nothing padded loses its all-False padding_mask (checked on the host, before the transfer):
+        attention then takes the unmasked path, whose results on the CPU are the masked path's, bit for bit."""
+        mask = batch.get("padding_mask")
+        if mask is not None and mask.device.type == "cpu" and not mask.any():
+            batch = {k: v for k, v in batch.items() if k != "padding_mask"}
+        return batch
+
     # -- vocabulary facts --------------------------------------------------------------------------
     @property
     def vocab_size(self) -> int:
@@ -113,11 +121,13 @@ class TextDataModule(L.LightningDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         workers = self.cfg.num_workers
         sampler = EpochSampler(len(self.datasets[split]), self.seed, self._train_position) if shuffle else None
+        collate = self.collate_fn(split)
+        whole = isinstance(collate, (LabelledCollator, ClassificationCollator))  # no per-example randomness
         return ResumableLoader(
-            EpochIndexed(self.datasets[split]),
+            EpochIndexed(self.datasets[split], whole_batches=whole),
             batch_size=self.batch_size,
             sampler=sampler,
-            collate_fn=self.collate_fn(split),
+            collate_fn=collate,
             num_workers=workers,
             persistent_workers=workers > 0,
         )

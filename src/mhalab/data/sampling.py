@@ -41,12 +41,18 @@ class EpochSampler(Sampler[tuple[int, int]]):
         return self.n
 
 
+class Columns(dict):
+    """A batch read as whole columns, {column: (B, ...) tensor}, for a collator that takes one (`whole_batches`)."""
+
+
 class EpochIndexed(Dataset):
     """A dataset indexed by `(epoch, index)` or by `index`; each example gets an `epoch` field (0 for plain
-    indices: validation and test)."""
+    indices: validation and test). With `whole_batches` (a collator that needs no per-example field but the data's
+    own), a batch of a dataset that offers `rows(indices)` (`mhalab.data.arrow.ArrowSplit`) is read as `Columns`."""
 
-    def __init__(self, dataset):
+    def __init__(self, dataset, whole_batches: bool = False):
         self.dataset = dataset
+        self.whole_batches = whole_batches
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -62,6 +68,10 @@ class EpochIndexed(Dataset):
     def __getitems__(self, keys: list) -> list[dict]:
         """A whole batch in one read (the DataLoader calls this instead of one __getitem__ per example)."""
         pairs = [self._epoch_and_index(k) for k in keys]
+        if self.whole_batches and hasattr(self.dataset, "rows"):
+            columns = self.dataset.rows([index for _, index in pairs])
+            if columns is not None:
+                return Columns(columns)
         columns = self.dataset[[index for _, index in pairs]]  # {column: [value per example]}
         return [{**{name: values[i] for name, values in columns.items()}, "epoch": epoch}
                 for i, (epoch, _) in enumerate(pairs)]

@@ -273,12 +273,29 @@ class LastCheckpoint(Checkpoint):
 
 
 def seed_all(seed: int) -> None:
-    """Seed python, numpy and torch from one integer."""
+    """Seed python, numpy and torch from one integer. On a machine with no accelerator torch's CPU generator is the
+    only one: seeded directly, since `torch.manual_seed` would also queue a lazy CUDA/XPU seeding (with a stack
+    capture) every call."""
     import numpy as np
 
     random.seed(seed)
     np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
+    if _has_accelerator():
+        torch.manual_seed(seed)
+    else:
+        torch.default_generator.manual_seed(seed)
+
+
+def _has_accelerator() -> bool:
+    global _ACCELERATOR
+    if _ACCELERATOR is None:
+        xpu = getattr(torch, "xpu", None)
+        _ACCELERATOR = bool(torch.cuda.is_available() or torch.backends.mps.is_available()
+                            or (xpu is not None and xpu.is_available()))
+    return _ACCELERATOR
+
+
+_ACCELERATOR: bool | None = None
 
 
 class StepSeed(L.Callback):

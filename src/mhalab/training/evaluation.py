@@ -38,6 +38,16 @@ def batch_sums(logits: Tensor, labels: Tensor, token_bytes: Tensor | None = None
                         dtype=torch.float64, device=lb.device), nbytes.double()])
 
 
+def batch_correct(logits: Tensor, labels: Tensor) -> Tensor:
+    """`batch_sums` without the loss and bytes: (0, correct, count, 0) as a float64 tensor (4,), for the training
+    accuracy (the step computes its loss once). logits (N, C), labels (N,) with IGNORE_INDEX where nothing is
+    predicted."""
+    valid = labels != IGNORE_INDEX  # (N,)
+    correct = ((logits.argmax(-1) == labels) & valid).sum()
+    zero = torch.zeros((), dtype=torch.float64, device=labels.device)
+    return torch.stack([zero, correct.double(), valid.sum().double(), zero])
+
+
 def metrics_from_sums(sums: Tensor, bits_per_byte: bool) -> dict[str, float]:
     """{loss, acc[, bpb]} from accumulated `batch_sums`."""
     nats, correct, count, nbytes = (float(x) for x in sums)

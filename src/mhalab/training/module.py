@@ -14,9 +14,9 @@ from typing import Any
 import lightning as L
 import torch
 from torch import Tensor
-from torchmetrics import MaxMetric, MeanMetric, Metric
+from torchmetrics import MaxMetric, Metric
 
-from mhalab.training.evaluation import batch_sums, mean_cross_entropy, metrics_from_sums
+from mhalab.training.evaluation import batch_correct, batch_sums, mean_cross_entropy, metrics_from_sums
 from mhalab.report.comparison import lower_is_better
 from mhalab.model import build_model
 from mhalab.architecture import Architecture
@@ -78,7 +78,7 @@ class AttentionLitModule(L.LightningModule):
         self.reports_bpb = self.is_lm and token_bytes is not None
         self.register_buffer("token_bytes", torch.tensor(token_bytes) if self.reports_bpb else None,
                              persistent=False)
-        self.train_loss, self.train_sums = MeanMetric(), EvalSums()
+        self.train_sums = EvalSums()
         self.val_sums, self.test_sums = EvalSums(), EvalSums()
         self.val_acc_best = MaxMetric()
         self.val_acc_best.persistent(True)  # saved in checkpoints, so a resumed run keeps its best
@@ -122,9 +122,9 @@ class AttentionLitModule(L.LightningModule):
             raise FloatingPointError(f"loss is {loss.item()} at step {self.global_step}")
         self.tokens_seen += batch["input_ids"].numel()
         self._last_loss = loss.detach()
-        self.train_loss(loss)
-        self.train_sums(batch_sums(logits.detach(), labels))
-        self.log("train/loss", self.train_loss, on_step=True, on_epoch=False, prog_bar=True)
+        self.train_sums(batch_correct(logits.detach(), labels))  # train/acc needs no second loss
+        # the step's loss as a tensor: the value a MeanMetric of one batch gives, without its per-step `.to(device)`
+        self.log("train/loss", self._last_loss, on_step=True, on_epoch=False, prog_bar=True)
         return loss
 
     def on_train_epoch_end(self) -> None:

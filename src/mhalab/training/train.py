@@ -312,8 +312,10 @@ def _fit(job: _Job) -> RunSummary:
     t_test = time.perf_counter()
     test_metrics: dict[str, float] = {}
     test_ckpt = _test_checkpoint(best, module, tc, last.path)
-    if tc.test:
-        results = trainer.test(module, datamodule=dm, ckpt_path=str(test_ckpt), weights_only=True, verbose=False)
+    if tc.test:  # last.ckpt holds the weights in memory: tested as they are, not read back from disk
+        in_memory = test_ckpt == last.path
+        results = trainer.test(module, datamodule=dm, ckpt_path=None if in_memory else str(test_ckpt),
+                               weights_only=True, verbose=False)
         test_metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     summary = dataclasses.replace(
         base, metrics=final_metrics, test_metrics=test_metrics,
@@ -380,6 +382,11 @@ def _trainer_kwargs(tc) -> dict[str, Any]:
     kwargs["enable_progress_bar"] = tc.trainer.enable_progress_bar and sys.stdout.isatty()
     if (tc.trainer.max_steps != -1 and tc.trainer.min_epochs == 1) or tc.endpoint.stop_at_threshold:
         kwargs["min_epochs"] = None  # a step cap below one epoch is a cap, not a wish; a stop at the threshold too
+    t = tc.trainer
+    if t.max_steps != -1 or (t.check_val_every_n_epoch is None and isinstance(t.val_check_interval, int)):
+        # a validation follows within a known number of steps (every val_check_interval steps, or the closing one
+        # at max_steps): it checks what the sanity check would, so the job does not pay for both
+        kwargs["num_sanity_val_steps"] = 0
     return kwargs
 
 
@@ -404,10 +411,14 @@ def _best_checkpoint(tc, run_dir: Path):
 
 def _test_checkpoint(best, module, tc, last_path: Path) -> Path:
     """The checkpoint to test: the best by the monitored metric, or the final state when it is at least as good."""
+    import torch
+
     final = module.final_metrics.get(tc.checkpoint.monitor)
     if not best.best_model_path or best.best_model_score is None:
         return last_path
     score = float(best.best_model_score)
+    if final is not None:  # compared at the precision the score is kept in (a tie is the final state itself)
+        final = float(torch.tensor(final, dtype=best.best_model_score.dtype))
     if final is not None and (final <= score if tc.checkpoint.mode == "min" else final >= score):
         return last_path
     return Path(best.best_model_path)

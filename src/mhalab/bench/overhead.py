@@ -1,0 +1,189 @@
+"""`mhalab bench overhead`: a real run's training step against a plain PyTorch loop on the same model and batches.
+
+The run is `mhalab.training.train.train` on a composed recipe (`recipe`, default the kv_sweep job), with every
+callback, logger and checkpoint of a real job; validation is moved past the last step so that only steps are timed.
+A callback of the bench (`PlainRounds`) alternates, in the same process: `steps_per_round` steps of the run, timed
+from its own hook to its next call, then as many steps of the plain loop, then a float32 matmul measuring this
+core's peak. The plain loop is what nanoGPT or Zoology would write: `mhalab.model.build_model` on the run's own
+architecture with the run's starting weights, AdamW with the same parameter groups, the same warm-up/cosine
+schedule and gradient clipping, and batches drawn once from the run's own training loader and then indexed in
+memory. Both sides run on the same threads (`torch_threads` of the recipe); the plain loop without
+`torch.use_deterministic_algorithms` (a plain loop does not ask for it, so the run's setting counts as its cost). Reported: the median of the per-round ratios run / plain, and each
+side's fraction of the matmul peak measured in the same rounds (model FLOPs: `mhalab.cost.train_flops`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+
+from mhalab.bench.output import md_table, start, write
+from mhalab.bench.timing import loadavg
+from mhalab.cost import matmul_flops
+
+COLUMNS = [("round", "round", "d"), ("run_ms", "run ms/step", ".2f"), ("plain_ms", "plain ms/step", ".2f"),
+           ("ratio", "run / plain", ".3f"), ("peak_gflops", "matmul peak GFLOP/s", ".1f"),
+           ("run_peak", "run / peak", ".3f"), ("plain_peak", "plain / peak", ".3f")]
+
+
+class PlainRounds(L.Callback):
+    """Alternates the run's steps with a plain loop's: after `warmup` steps, every `steps` run steps it times them,
+    runs `steps` plain steps, then a matmul for the peak. `PlainRounds.last` is the latest instance (the bench
+    reads its rows after the run)."""
+
+    last: "PlainRounds | None" = None
+
+    def __init__(self, steps: int, rounds: int, warmup: int, peak_size: int = 1024):
+        self.steps, self.rounds, self.warmup, self.peak_size = steps, rounds, warmup, peak_size
+        self.rows: list[dict] = []
+        self.flops_per_step = 0
+        self._t: float | None = None
+        PlainRounds.last = self
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        from mhalab.cost import train_flops
+
+        self.plain_step, batch = plain_loop(trainer, pl_module, pool=self.steps)
+        self.flops_per_step = batch["input_ids"].shape[0] * train_flops(pl_module.arch, batch["input_ids"].shape[1])
+        g = torch.Generator().manual_seed(0)
+        self._a, self._b = (torch.randn(self.peak_size, self.peak_size, generator=g) for _ in range(2))
+        for _ in range(2):
+            self.plain_step()  # warm-up of the plain side (allocator, first AdamW step)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if step < self.warmup or (step - self.warmup) % self.steps or len(self.rows) >= self.rounds:
+            return
+        now = time.perf_counter()
+        if self._t is not None:
+            run_s = (now - self._t) / self.steps
+            deterministic = (torch.are_deterministic_algorithms_enabled(),
+                             torch.is_deterministic_algorithms_warn_only_enabled())
+            torch.use_deterministic_algorithms(False)  # a plain loop does not ask for it; the run's setting is its cost
+            t = time.perf_counter()
+            for _ in range(self.steps):
+                self.plain_step()
+            plain_s = (time.perf_counter() - t) / self.steps
+            torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+            peak = self.peak()
+            self.rows.append({"round": len(self.rows) + 1, "run_ms": 1e3 * run_s, "plain_ms": 1e3 * plain_s,
+                              "ratio": run_s / plain_s, "peak_gflops": peak / 1e9,
+                              "run_peak": self.flops_per_step / run_s / peak,
+                              "plain_peak": self.flops_per_step / plain_s / peak})
+            print(f"round {len(self.rows)}/{self.rounds}: run {1e3 * run_s:.2f} ms/step, plain {1e3 * plain_s:.2f}, "
+                  f"ratio {run_s / plain_s:.3f}", flush=True)
+        self._t = time.perf_counter()
+
+    def peak(self, repeats: int = 5) -> float:
+        """FLOP/s of the best of `repeats` float32 peak_size^3 matmuls on the threads the run uses."""
+        best = float("inf")
+        for _ in range(repeats):
+            t = time.perf_counter()
+            self._a @ self._b
+            best = min(best, time.perf_counter() - t)
+        n = self.peak_size
+        return matmul_flops(n, n, n) / best
+
+
+def plain_loop(trainer, pl_module, pool: int):
+    """(step function, a batch) of a plain loop on a copy of the run's model and optimiser settings, over `pool`
+    batches drawn once from the run's training loader (then indexed in memory, in turn)."""
+    from mhalab.model import build_model
+    from mhalab.training.evaluation import mean_cross_entropy
+    from mhalab.training.module import adamw_kwargs, lr_lambda
+
+    model = build_model(pl_module.arch)
+    model.load_state_dict(pl_module.model.state_dict())
+    model.train()
+    o = pl_module.hparams.optim
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": o["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"], **adamw_kwargs(o.get("fused"), decay))
+    total = max(1, int(trainer.estimated_stepping_batches))
+    warmup = min(int(o["warmup_ratio"] * total) if o.get("warmup_ratio") is not None else o["warmup_steps"], total)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_lambda(s, warmup, total, o["min_lr_ratio"]))
+    clip = trainer.gradient_clip_val
+    loader = trainer.datamodule._loader("train", shuffle=False)  # the run's own batches, without its sampler state
+    batches = []
+    for b in loader:
+        batches.append(b)
+        if len(batches) == pool:
+            break
+    ids = torch.stack([b["input_ids"] for b in batches])  # (pool, B, T)
+    labels = torch.stack([b["labels"] for b in batches])  # (pool, B, T) or (pool, B)
+    lm = pl_module.is_lm
+    i = [0]
+
+    def step() -> None:
+        k = i[0] % pool
+        i[0] += 1
+        x, y = ids[k], labels[k]  # (B, T), (B, T) or (B,)
+        logits = model(x).logits  # (B, T, V) or (B, C)
+        loss = mean_cross_entropy(logits.reshape(-1, logits.shape[-1]) if lm else logits, y.reshape(-1) if lm else y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        sched.step()
+
+    return step, batches[0]
+
+
+def run_overhead(cfg) -> dict:
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from mhalab.config.compose import resolved
+    from mhalab.runs.preflight import compose, validate
+    from mhalab.training.train import train
+
+    out, info = start(cfg, "overhead", torch.device("cpu"))
+    steps = cfg.warmup_steps + cfg.steps_per_round * (cfg.rounds + 1)
+    with tempfile.TemporaryDirectory(prefix="mhalab-bench-overhead-") as root:
+        run_dir = Path(root) / "run"
+        overrides = [*cfg.recipe, f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps + 1}",
+                     "trainer.check_val_every_n_epoch=null", "trainer.max_epochs=null", "test=false",
+                     f"hydra.run.dir={run_dir}", f"paths.log_dir={root}/logs",
+                     *([f"data.cache_dir={cfg.cache_dir}"] if cfg.cache_dir else [])]
+        composed = compose(overrides)
+        tc = validate(composed, resolved(composed, str(run_dir)))
+        HydraConfig.instance().set_config(composed)  # the loggers' ${hydra:runtime.output_dir}, as in a job
+        with open_dict(tc.callbacks):
+            tc.callbacks["bench_plain_rounds"] = {"_target_": "mhalab.bench.overhead.PlainRounds",
+                                                  "steps": cfg.steps_per_round, "rounds": cfg.rounds,
+                                                  "warmup": cfg.warmup_steps}
+        train(tc, run_dir, overrides)
+    rounds = PlainRounds.last
+    rows = rounds.rows
+    if len(rows) < cfg.rounds:
+        raise RuntimeError(f"the run stopped after {len(rows)} of {cfg.rounds} rounds")
+    med = {k: statistics.median(r[k] for r in rows) for k in ("ratio", "run_peak", "plain_peak", "peak_gflops")}
+    info["loadavg_end"] = loadavg()
+    info["torch_threads"] = torch.get_num_threads()
+    info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    result = {"machine": info, "config": {"recipe": cfg.recipe, "rounds": cfg.rounds, "goal": cfg.goal,
+                                          "steps_per_round": cfg.steps_per_round, "warmup_steps": cfg.warmup_steps},
+              "flops_per_step": rounds.flops_per_step, "rows": rows, **med, "within_goal": med["ratio"] <= cfg.goal}
+    verdict = "within" if med["ratio"] <= cfg.goal else "OVER"
+    report = (f"# mhalab bench overhead: a run's training step against a plain PyTorch loop\n\n"
+              f"machine: {info['cpu']} ({info['cpu_capability']} kernels), {info['cpu_count']} CPUs, "
+              f"torch {info['torch']} on {info['torch_threads']} thread(s); load average {info.get('loadavg_start')} "
+              f"at start, {info['loadavg_end']} at end\n\n"
+              f"run: `mhalab train {' '.join(cfg.recipe)}` (validation past the last step); plain loop: the same "
+              f"model, weights, optimiser groups, schedule, clipping and batches; {cfg.rounds} rounds of "
+              f"{cfg.steps_per_round} steps each side after {cfg.warmup_steps} warm-up steps\n\n"
+              f"{md_table(rows, COLUMNS)}\n\n"
+              f"**median run / plain: {med['ratio']:.3f}** ({verdict} the goal of {cfg.goal:g}); fraction of the "
+              f"float32 matmul peak ({med['peak_gflops']:.1f} GFLOP/s, measured each round): run "
+              f"**{med['run_peak']:.3f}**, plain **{med['plain_peak']:.3f}**\n")
+    write(out, result, report, [("overhead", rows)])
+    print(report)
+    return result
