@@ -212,14 +212,19 @@ def header(dm, arch, cost: dict, run_dir: Path) -> str:
 MAX_EPOCHS_WITHOUT_WARNING = 10  # the default run makes 1 pass (topic classification: 6); old GPU recipes 170
 
 
+def check_sizes(tc, dm) -> None:
+    """The trainer's settings against the batches of the data (before the Trainer is built): a ConfigError, or a
+    warning for a setting that would leave no number (`TrainerConfig.check_sizes`)."""
+    n = {"train": len(dm.train_dataloader()), "val": len(dm.val_dataloader())}
+    if tc.test:
+        n["test"] = len(dm.test_dataloader())
+    for warning in tc.trainer.check_sizes(n):
+        log.warning(warning)
+
+
 def warn_if_repeating(tc, dm) -> None:
     """A recipe that passes over a small training set many times measures memorisation: say so up front."""
-    batches = len(dm.train_dataloader())
-    limit = tc.trainer.limit_train_batches
-    if isinstance(limit, float):
-        batches = int(batches * limit)
-    elif isinstance(limit, int):
-        batches = min(batches, limit)
+    batches = tc.trainer.batches("train", len(dm.train_dataloader()))
     steps_per_epoch = max(1, batches // tc.trainer.accumulate_grad_batches)
     max_epochs = tc.trainer.max_epochs if tc.trainer.max_epochs not in (None, -1) else float("inf")
     steps = min(tc.trainer.max_steps if tc.trainer.max_steps != -1 else float("inf"), max_epochs * steps_per_epoch)
