@@ -199,6 +199,35 @@ def usage(argv: list[str]) -> str:
     return "\n".join(lines)
 
 
+def unfinished_twin(plan, argv: list[str]) -> str | None:
+    """A new single run whose config an unfinished run (interrupted, failed or killed; not running now) already
+    has: the line that names it and the command that continues it, else None."""
+    import shlex
+
+    from mhalab.runs.preflight import check_unlocked, run_defining, run_status
+
+    if plan.multirun or plan.show_only or plan.resume_dir is not None or len(plan.jobs) != 1:
+        return None
+    tc = plan.jobs[0][1]
+    if tc.resume or getattr(tc, "defining", None) is None:
+        return None
+    runs_dir = Path(tc.paths.log_dir) / tc.task_name / "runs"
+    twins = []
+    for d in sorted(runs_dir.iterdir() if runs_dir.is_dir() else [], reverse=True):  # the latest first
+        if d.is_dir() and run_status(d) != "ok" and run_defining(d) == tc.defining:
+            try:
+                check_unlocked(d)
+            except ConfigError:  # another process runs it now
+                continue
+            twins.append(d)
+    if not twins:
+        return None
+    status = run_status(twins[0]) or "stopped without a summary"
+    resume = shlex.join(["mhalab", "train", *(a for a in argv if not a.startswith("resume=")), f"resume={twins[0]}"])
+    return (f"mhalab: an unfinished run of this config exists ({status}): {twins[0]}; this command starts a new "
+            f"run; to continue that one instead, stop this one and run:\n  {resume}")
+
+
 def header(dm, arch, cost: dict, run_dir: Path) -> str:
     """The console's short description of a run."""
     m, a = arch.model, arch.attention
