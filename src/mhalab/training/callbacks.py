@@ -114,6 +114,7 @@ class HeadStatsCallback(L.Callback):
 
     def update(self, pl_module) -> None:
         self.stats, self.groups, self.attentions = self.measure(pl_module)
+        self.measured_step = pl_module.global_step
         metrics = {}
         for stat, values in self.stats.items():  # (L, H)
             for layer, row in enumerate(values.tolist()):
@@ -138,7 +139,8 @@ class HeadStatsCallback(L.Callback):
         mhalab.training.train once the final weights are known)."""
         if not (self.cfg.enabled and trainer.is_global_zero):
             return
-        self._guarded("statistics", lambda: self.update(pl_module))
+        if getattr(self, "measured_step", None) != pl_module.global_step:  # else measured on these weights
+            self._guarded("statistics", lambda: self.update(pl_module))
         if self.cfg.importance:
             self._guarded("importance", lambda: self._importance(trainer, pl_module), self.cfg.importance_batches)
         if self.cfg.plots:
