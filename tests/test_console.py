@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -116,3 +117,124 @@ def test_ctrl_c_during_extras_stops_at_once_and_resume_computes_them(tmp_path, d
     assert done["metrics"] == stopped["metrics"]
     assert done["timings"]["train_steps"] == stopped["timings"]["train_steps"] == 3
     assert not re.search(r"\] - step \d+/", r.stdout)  # no training step ran again
+
+
+def test_rerunning_an_interrupted_command_names_the_unfinished_run_and_its_resume(tmp_path, data_cache):
+    """The same command again, after a Ctrl-C: before its run starts it names the unfinished twin and the command
+    that continues it; that command resumes the twin to the end."""
+    args = [*TINY, f"data.cache_dir={data_cache}", "stats.enabled=false", "trainer.max_epochs=200"]
+    env = {**os.environ, "MHALAB_ROOT": str(tmp_path), "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1"}
+    p = subprocess.Popen([*MHALAB, "train", *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    out = []
+    for line in p.stdout:
+        out.append(line)
+        if re.search(r"\] - step 1/", line):
+            p.send_signal(signal.SIGINT)
+            break
+    out.append(p.communicate(timeout=60)[0])
+    assert p.returncode == 130, "".join(out)
+    twin = run_dir_of("".join(out))
+
+    again = subprocess.Popen([*MHALAB, "train", *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        hint = [again.stderr.readline(), again.stderr.readline()]
+    finally:
+        again.kill()
+        again.communicate()
+    assert hint[0].startswith(f"mhalab: an unfinished run of this config exists (interrupted): {twin}; "), hint
+    command = shlex.split(hint[1])
+    assert command[:2] == ["mhalab", "train"] and command[-1] == f"resume={twin}"
+
+    r = subprocess.run([*MHALAB, *command[1:-1], "trainer.max_epochs=1", f"resume={twin}"], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "other values of trainer.max_epochs" in r.stderr  # it is that run's own command
+    r = subprocess.run([*MHALAB, *command[1:]], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and f"resuming from {twin}" in r.stdout, r.stdout + r.stderr
+    assert summary(twin)["status"] == "ok"
+
+
+def test_a_stopped_sweep_announces_no_job_it_does_not_start(tmp_path, data_cache):
+    """Ctrl-C (to the process group) during job 0 of three: Hydra's line for job 0 is there, none for 1 and 2."""
+    args = ["-m", *TINY, f"data.cache_dir={data_cache}", "stats.enabled=false", "trainer.max_epochs=200",
+            "seed=0,1,2"]
+    env = {**os.environ, "MHALAB_ROOT": str(tmp_path), "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1"}
+    p = subprocess.Popen([*MHALAB, "train", *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    out = []
+    try:
+        for line in p.stdout:
+            out.append(line)
+            if re.search(r"\] - step 1/", line):
+                os.killpg(p.pid, signal.SIGINT)
+                break
+        out.append(p.communicate(timeout=120)[0])
+    finally:
+        p.kill()
+    text = "".join(out)
+    assert p.returncode == 130, text
+    assert re.search(r"#0 : .*seed=0", text) and "the sweep stopped (SIGINT)" in text
+    assert not re.search(r"#[12] : ", text), text
+
+
+def test_a_mistyped_key_gets_a_did_you_mean_before_hydras_append_hint(train):
+    r = train("attention.n_head=4")
+    assert r.returncode == 2
+    assert r.stderr.strip() == ("error: attention.n_head is not a key of attention; did you mean n_heads? keys of "
+                                "attention are n_heads, n_kv_heads, d_head, backend, dropout (mhalab/config/schema.py)")
+    r = train("trainer.val_check_intervall=2")
+    assert r.returncode == 2 and "did you mean val_check_interval?" in r.stderr and "+trainer" not in r.stderr
+
+
+def test_trainer_settings_are_checked_against_the_batches_of_the_data():
+    """TrainerConfig.check_sizes: what Lightning refuses with a traceback is one sentence; what leaves no number
+    is a warning; a setting that fits passes."""
+    from mhalab.config.schema import TrainerConfig
+    from mhalab.errors import ConfigError
+
+    n = {"train": 10, "val": 4, "test": 4}
+    assert TrainerConfig(val_check_interval=10, max_steps=30).check_sizes(n) == []
+    with pytest.raises(ConfigError, match=r"^trainer.val_check_interval=11 is more than the 10 training batches"):
+        TrainerConfig(val_check_interval=11).check_sizes(n)
+    with pytest.raises(ConfigError, match=r"more than the 5 training batches of an epoch \(with "
+                                          r"trainer.limit_train_batches=5\)"):
+        TrainerConfig(val_check_interval=6, limit_train_batches=5).check_sizes(n)
+    assert TrainerConfig(val_check_interval=11, check_val_every_n_epoch=None, max_steps=30).check_sizes(n) == []
+    for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches"):
+        with pytest.raises(ConfigError, match=rf"^trainer.{key}=0.1 gives 0 of the"):
+            TrainerConfig(**{key: 0.1}).check_sizes({"train": 9, "val": 9, "test": 9})
+    (warning,) = TrainerConfig(max_epochs=1, log_every_n_steps=50).check_sizes(n)
+    assert warning.startswith("trainer.log_every_n_steps=50 is more than the run's 10 optimizer steps")
+    (warning,) = TrainerConfig(check_val_every_n_epoch=2, max_steps=15).check_sizes(n)
+    assert warning.startswith("trainer.check_val_every_n_epoch=2 with trainer.max_steps=15: training ends before")
+
+
+def test_val_check_interval_beyond_an_epoch_is_one_sentence_and_no_run_directory(run_train, tmp_path):
+    r = run_train("trainer.val_check_interval=50")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (
+        "error: trainer.val_check_interval=50 is more than the 3 training batches of an epoch (with "
+        "trainer.limit_train_batches=3); give a count <= 3, a fraction of an epoch in (0, 1], or "
+        "trainer.check_val_every_n_epoch=null to count batches across epochs")
+    assert "Traceback" not in r.stderr
+    assert not list((tmp_path / "logs").rglob("summary.json")) and not list((tmp_path / "logs").rglob(".hydra"))
+
+
+def test_debug_fast_is_one_validation_statistics_once_and_a_shared_data_cache(tmp_path, monkeypatch, run_train,
+                                                                              data_cache):
+    from mhalab.runs.preflight import compose
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    for folder in ("a", "b"):  # wherever the command starts, the same cache
+        monkeypatch.setenv("MHALAB_ROOT", str(tmp_path / folder))
+        assert compose(["debug=fast"]).paths.cache_dir == str(tmp_path / "home" / ".cache" / "mhalab")
+    assert compose(["debug=fast", "paths.cache_dir=/elsewhere"]).data.cache_dir == "/elsewhere"
+
+    r = run_train("debug=fast", f"data.cache_dir={data_cache}", tiny=False)
+    assert r.returncode == 0, r.stderr
+    assert re.findall(r"validation(?: \(closing\))? at step (\d+): started", r.stdout) == ["4"]
+    assert "end of run: statistics" not in r.stdout  # measured at that validation, on the same weights
+    assert "end of run: importance: started" in r.stdout and "mhalab: done" in r.stdout
