@@ -122,7 +122,7 @@ def test_ctrl_c_during_extras_stops_at_once_and_resume_computes_them(tmp_path, d
 def test_rerunning_an_interrupted_command_names_the_unfinished_run_and_its_resume(tmp_path, data_cache):
     """The same command again, after a Ctrl-C: before its run starts it names the unfinished twin and the command
     that continues it; that command resumes the twin to the end."""
-    args = [*TINY, f"data.cache_dir={data_cache}", "stats.enabled=false", "trainer.max_epochs=200"]
+    args = [*TINY, f"data.cache_dir={data_cache}", "stats.enabled=false", "trainer.max_epochs=4"]
     env = {**os.environ, "MHALAB_ROOT": str(tmp_path), "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1"}
     p = subprocess.Popen([*MHALAB, "train", *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
