@@ -49,6 +49,20 @@ def check_choice(key: str, value: Any, allowed: tuple) -> Any:
     return value
 
 
+def unknown_key(key: str, keys) -> ConfigError:
+    """The sentence for a key that does not exist (`key` dotted, `keys` those of its parent), with the closest
+    existing key as a guess: "attention.n_head is not a key of attention; did you mean n_heads? keys of ..."."""
+    import difflib
+
+    parent, _, name = key.rpartition(".")
+    keys = [str(k) for k in keys]
+    where = parent or "the config"
+    guess = difflib.get_close_matches(name, keys, n=1, cutoff=0.6)
+    hint = f"; did you mean {guess[0]}?" if guess else ";"
+    return ConfigError(f"{key} is not a key of {where}{hint} keys of {where} are {', '.join(keys)} "
+                       "(mhalab/config/schema.py)")
+
+
 def _range(low, high) -> str:
     if low is not None and high is not None:
         return f" in [{low}, {high}]"

@@ -258,11 +258,28 @@ class _hydra_errors:
             return False
         if isinstance(e.__cause__ or e.__context__, ConfigError):  # a guard's sentence, wrapped by Hydra
             raise e.__cause__ or e.__context__ from None
+        missing = _missing_key(e)
+        if missing is not None:  # before Hydra's hint to append with `+`: the key is likely mistyped
+            raise missing from None
         if isinstance(e, (HydraException, OmegaConfBaseException)):
             raise ConfigError(hydra_message(e)) from None
         what = f"the overrides {' '.join(self.overrides)}" if self.overrides else "the config"
         raise ConfigError(f"{what} cannot be composed ({type(e).__name__}: "
                           f"{str(e).splitlines()[0] if str(e) else ''}); check their keys and values") from None
+
+
+def _missing_key(e: BaseException) -> ConfigError | None:
+    """An override of a key the schema does not have (OmegaConf's key error under Hydra's), as one sentence."""
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    from mhalab.checks import unknown_key
+
+    for err in (e, e.__cause__, e.__context__):
+        parent = getattr(err, "parent_node", None)
+        if isinstance(err, (ConfigAttributeError, ConfigKeyError)) and OmegaConf.is_dict(parent) and \
+                getattr(err, "full_key", None) and getattr(err, "key", None) not in parent:
+            return unknown_key(err.full_key, list(parent.keys()))
+    return None
 
 
 def hydra_message(e: BaseException) -> str:

@@ -157,6 +157,49 @@ class TrainerConfig:
         return self.accelerator in ("gpu", "cuda")
 
 
+    def batches(self, split: str, n: int) -> int:
+        """The batches of `split` ("train", "val", "test") an epoch runs out of the `n` its data gives, as
+        Lightning counts them (limit_*_batches: a count caps, a fraction scales)."""
+        limit = getattr(self, f"limit_{split}_batches")
+        if limit is None or limit == 1.0 and isinstance(limit, float):
+            return n
+        return min(n, limit) if isinstance(limit, int) else int(n * limit)
+
+    def check_sizes(self, n: dict[str, int]) -> list[str]:
+        """The settings that depend on the data's size, against the batches each split gives (`n`: {"train": ..,
+        "val": .., "test": ..}): a ConfigError for what Lightning would refuse with a traceback, and the warnings
+        for what would silently leave no number (returned, one sentence each)."""
+        t = "trainer."
+        for split, name in (("train", "training"), ("val", "validation"), ("test", "test")):
+            limit = getattr(self, f"limit_{split}_batches")
+            if split in n and n[split] and self.batches(split, n[split]) == 0:
+                raise ConfigError(f"{t}limit_{split}_batches={limit} gives 0 of the {n[split]} {name} batches; give "
+                                  f"a fraction >= {1 / n[split]:.3g} or a count of batches >= 1")
+        if self.overfit_batches:  # Lightning then trains and validates on those batches
+            return []
+        train = self.batches("train", n["train"])
+        limited = f" (with {t}limit_train_batches={self.limit_train_batches})" if self.limit_train_batches else ""
+        if isinstance(self.val_check_interval, int) and self.check_val_every_n_epoch is not None and \
+                self.val_check_interval > train:
+            raise ConfigError(f"{t}val_check_interval={self.val_check_interval} is more than the {train} training "
+                              f"batches of an epoch{limited}; give a count <= {train}, a fraction of an epoch in "
+                              f"(0, 1], or {t}check_val_every_n_epoch=null to count batches across epochs")
+        steps_per_epoch = max(1, train // self.accumulate_grad_batches)
+        epochs = self.max_epochs if self.max_epochs not in (None, -1) else float("inf")
+        steps = min(self.max_steps if self.max_steps != -1 else float("inf"), epochs * steps_per_epoch)
+        warnings = []
+        if self.log_every_n_steps > steps:
+            warnings.append(f"{t}log_every_n_steps={self.log_every_n_steps} is more than the run's {steps:.0f} "
+                            "optimizer steps: the loggers get no training metrics (summary.json has them)")
+        every = self.check_val_every_n_epoch
+        if every is not None and self.max_steps != -1 and steps < every * steps_per_epoch and \
+                (self.val_check_interval == 1.0 or every > 1):
+            warnings.append(f"{t}check_val_every_n_epoch={every} with {t}max_steps={self.max_steps}: training ends "
+                            f"before its first validation ({every} epochs of {steps_per_epoch} steps); only the "
+                            "closing validation runs and no best checkpoint is chosen")
+        return warnings
+
+
 def _check_devices(devices: Any) -> None:
     ok = (devices == "auto" or devices == -1 or (isinstance(devices, int) and not isinstance(devices, bool)
                                                    and devices >= 1)

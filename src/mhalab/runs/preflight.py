@@ -132,11 +132,12 @@ def _typed(cls, values: dict, prefix: str = ""):
     import dataclasses
     import typing
 
+    from mhalab.checks import unknown_key
+
     hints = typing.get_type_hints(cls)
     unknown = sorted(set(values) - set(hints))
     if unknown:
-        raise ConfigError(f"{prefix}{unknown[0]}: no such key; the keys of {prefix.rstrip('.') or 'the config'} "
-                          f"are {', '.join(f.name for f in dataclasses.fields(cls))} (mhalab/config/schema.py)")
+        raise unknown_key(f"{prefix}{unknown[0]}", [f.name for f in dataclasses.fields(cls)])
     kwargs = {}
     for f in dataclasses.fields(cls):
         if f.name not in values:

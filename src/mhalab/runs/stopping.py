@@ -70,6 +70,9 @@ class StopSignals:
         if sweep_dir is not None:
             (Path(sweep_dir) / STOPPED).unlink(missing_ok=True)
             self.sweep_dir = Path(sweep_dir)
+            for name in LAUNCHER_LOGGERS:
+                if not any(isinstance(f, UnstartedJobs) for f in logging.getLogger(name).filters):
+                    logging.getLogger(name).addFilter(UnstartedJobs())
             if self.received is not None:
                 mark_stopped(self.sweep_dir, self.received)
 
@@ -99,6 +102,18 @@ class StopSignals:
 
 
 SIGNALS = StopSignals()
+# the loggers of Hydra's local launchers, which announce each job ("\t#1 : seed=1") before it starts
+LAUNCHER_LOGGERS = ("hydra._internal.core_plugins.basic_launcher", "hydra_plugins.hydra_joblib_launcher._core")
+
+
+class UnstartedJobs(logging.Filter):
+    """Drops a launcher's line announcing a job once the command's sweep is stopped: that job will not start."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        sweep_dir = SIGNALS.sweep_dir
+        if sweep_dir is None or not record.getMessage().lstrip().startswith("#"):
+            return True
+        return stopped(sweep_dir) is None
 
 
 def stops_as_a_whole(hydra) -> bool:

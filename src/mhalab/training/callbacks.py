@@ -33,6 +33,7 @@ from mhalab.heads import head_label
 from mhalab.runs.preflight import LAST
 from mhalab.config.schema import StatsConfig
 from mhalab.runs.stopping import SIGNALS, Interrupted
+from mhalab.training.console import HEARTBEAT, StepEta, duration
 
 log = logging.getLogger("mhalab")
 
@@ -113,6 +114,7 @@ class HeadStatsCallback(L.Callback):
 
     def update(self, pl_module) -> None:
         self.stats, self.groups, self.attentions = self.measure(pl_module)
+        self.measured_step = pl_module.global_step
         metrics = {}
         for stat, values in self.stats.items():  # (L, H)
             for layer, row in enumerate(values.tolist()):
@@ -137,15 +139,21 @@ class HeadStatsCallback(L.Callback):
         mhalab.training.train once the final weights are known)."""
         if not (self.cfg.enabled and trainer.is_global_zero):
             return
-        self._guarded("statistics", lambda: self.update(pl_module))
+        if getattr(self, "measured_step", None) != pl_module.global_step:  # else measured on these weights
+            self._guarded("statistics", lambda: self.update(pl_module))
         if self.cfg.importance:
-            self._guarded("importance", lambda: self._importance(trainer, pl_module))
+            self._guarded("importance", lambda: self._importance(trainer, pl_module), self.cfg.importance_batches)
         if self.cfg.plots:
             self._guarded("plots", lambda: self.draw(pl_module))
 
-    def _guarded(self, what: str, fn) -> None:
+    def _guarded(self, what: str, fn, total: int | None = None) -> None:
+        """Run one extra as a phase of the console's heartbeat; a stop signal stops the run (it stays resumable:
+        `resume` computes the extras), any other failure is recorded."""
         try:
-            fn()
+            with HEARTBEAT.phase(f"end of run: {what}", total):
+                fn()
+        except Interrupted:
+            raise
         except Exception as e:  # noqa: BLE001 - an extra must never lose the run's results
             message = f"{what} failed: {type(e).__name__}: {e}"
             log.error("head statistics: %s (the run's metrics are kept)", message)
@@ -159,7 +167,7 @@ class HeadStatsCallback(L.Callback):
             batches.append(batch)
             if len(batches) >= self.cfg.importance_batches:
                 break
-        self.importance = importance(pl_module, batches or [self.probe])
+        self.importance = importance(pl_module, HEARTBEAT.ticking(batches or [self.probe]))
 
     def draw(self, pl_module) -> None:
         from mhalab.analysis import plots
@@ -204,41 +212,92 @@ def log_images(loggers, paths: list[Path], step: int) -> None:
 
 
 class ProgressLog(L.Callback):
-    """One line every `every_n_steps` optimizer steps (step, epoch, loss, tokens/s, ETA) and one per validation,
-    to the `mhalab` logger (stdout and <run_dir>/train.log) — the view of a run whose output is not a terminal."""
+    """One line every `every_n_steps` optimizer steps (step, epoch, loss, tokens/s, ETA from the recent steps) and
+    one per validation (the closing one too), to the `mhalab` logger (stdout and <run_dir>/train.log) — the view of
+    a run whose output is not a terminal. Training, validation and test are phases of `console.HEARTBEAT`: a line
+    at least every `heartbeat_s` seconds while each runs."""
 
-    def __init__(self, every_n_steps: int = 50):
+    def __init__(self, every_n_steps: int = 50, heartbeat_s: float = 30.0):
         self.every_n_steps = every_n_steps
-        self._t0 = self._tokens0 = self._step0 = 0
+        HEARTBEAT.interval = heartbeat_s
+        self._t0 = self._tokens0 = self._step0 = self._val_t0 = self._seen_step = 0
+        self._eta = StepEta()
+        self._phases: list = []
+
+    def _enter(self, trainer, what: str, total=None, line=None, quiet: bool = False) -> None:
+        if trainer.is_global_zero:
+            phase = HEARTBEAT.phase(what, total, line, quiet)
+            phase.__enter__()
+            self._phases.append(phase)
+
+    def _exit(self) -> None:
+        if self._phases:
+            self._phases.pop().__exit__(None, None, None)
 
     def on_train_start(self, trainer, pl_module) -> None:
         self._t0, self._tokens0, self._step0 = time.perf_counter(), pl_module.tokens_seen, trainer.global_step
+        self._eta, self._seen_step = StepEta(), trainer.global_step
+        self._eta.step(self._t0, 0)
+        self._enter(trainer, "training", line=lambda: self._line(trainer, pl_module), quiet=True)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._exit()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
+        if step != self._seen_step:  # an optimizer step ended (several batches each when accumulating)
+            self._eta.step(time.perf_counter(), step - self._seen_step)
+            self._seen_step = step
         first = step == self._step0 + 1  # the first step's line says at once that training runs
         if not trainer.is_global_zero or (step % self.every_n_steps and not first) or step == self._step0:
             return
+        log.info(self._line(trainer, pl_module))
+        HEARTBEAT.printed()
+
+    def _line(self, trainer, pl_module) -> str:
+        step = trainer.global_step
         elapsed = time.perf_counter() - self._t0
         rate = (pl_module.tokens_seen - self._tokens0) / max(elapsed, 1e-9)
         total = trainer.estimated_stepping_batches
-        eta = elapsed / (step - self._step0) * (total - step) if math.isfinite(total) else float("nan")
+        eta = self._eta.eta(total - step) if math.isfinite(total) else float("nan")
         loss = trainer.callback_metrics.get("train/loss")
-        log.info("step %d/%s | epoch %d | train/loss %s | %.0f tokens/s | ETA %s", step,
-                 int(total) if math.isfinite(total) else "?", trainer.current_epoch,
-                 f"{float(loss):.4f}" if loss is not None else "-", rate, _duration(eta))
+        return (f"step {step}/{int(total) if math.isfinite(total) else '?'} | epoch {trainer.current_epoch} | "
+                f"train/loss {f'{float(loss):.4f}' if loss is not None else '-'} | {rate:.0f} tokens/s | "
+                f"ETA {duration(eta)}")
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            self._val_t0 = time.perf_counter()
+            closing = " (closing)" if trainer.state.fn == "validate" else ""
+            self._enter(trainer, f"validation{closing} at step {trainer.global_step}", sum(trainer.num_val_batches))
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if not trainer.sanity_checking:
+            HEARTBEAT.tick()
 
     def on_validation_end(self, trainer, pl_module) -> None:
-        if trainer.is_global_zero and not trainer.sanity_checking and trainer.state.fn == "fit":
+        if trainer.sanity_checking:
+            return
+        self._exit()
+        if trainer.state.fn == "fit":
+            self._eta.paused(time.perf_counter() - self._val_t0)
+        if trainer.is_global_zero and trainer.state.fn in ("fit", "validate"):
             shown = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
             log.info("step %d | %s", trainer.global_step, " | ".join(f"{k} {v:.4f}" for k, v in sorted(shown.items())))
+            HEARTBEAT.printed()
 
+    def on_test_start(self, trainer, pl_module) -> None:
+        self._enter(trainer, "test", sum(trainer.num_test_batches))
 
-def _duration(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "?"
-    m, s = divmod(int(round(seconds)), 60)
-    return f"{m // 60}h{m % 60:02d}m" if m >= 60 else f"{m}m{s:02d}s"
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        HEARTBEAT.tick()
+
+    def on_test_end(self, trainer, pl_module) -> None:
+        self._exit()
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        while self._phases:
+            self._exit()
 
 
 def validation_due(trainer) -> bool:

@@ -3,8 +3,13 @@ the final line (stdout and train.log, through the `mhalab` logger)."""
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import logging
+import math
 import sys
+import threading
+import time
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -46,6 +51,120 @@ def each_with_progress(command: str, items: list, what: str = "checkpoint"):
         yield item
 
 
+def duration(seconds: float) -> str:
+    """12m05s, 1h19m, or ? for an unknown time."""
+    if not math.isfinite(seconds):
+        return "?"
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m // 60}h{m % 60:02d}m" if m >= 60 else f"{m}m{s:02d}s"
+
+
+class StepEta:
+    """The time left in training from the recent steps: the mean time of the last `window` steps (time spent in
+    validation left out), scaled by the share of the run's time validation took so far. A slow step, a validation
+    or a burst of load moves it by a fraction, not by a factor."""
+
+    def __init__(self, window: int = 100):
+        self.steps: collections.deque = collections.deque(maxlen=window)  # seconds per optimizer step
+        self.train_s = self.val_s = 0.0
+        self._last: float | None = None
+
+    def step(self, now: float, n: int = 1) -> None:
+        """`n` optimizer steps ended at `now` (perf_counter)."""
+        if self._last is not None and n > 0:
+            dt = (now - self._last) / n
+            self.steps.extend([dt] * n)
+            self.train_s += dt * n
+        self._last = now
+
+    def paused(self, seconds: float) -> None:
+        """`seconds` went to validation (not to steps) since the last step."""
+        self.val_s += seconds
+        if self._last is not None:
+            self._last += seconds
+
+    def eta(self, steps_left: float) -> float:
+        if not self.steps or not math.isfinite(steps_left):
+            return float("nan")
+        per_step = sum(self.steps) / len(self.steps)
+        return steps_left * per_step * (1 + self.val_s / max(self.train_s, 1e-9))
+
+
+class Heartbeat:
+    """A line at least every `interval` seconds while a phase runs (training, validation, test, each end-of-run
+    extra), from a background thread: what runs, how far it is, and its own ETA. A phase begins with a line;
+    `printed()` says another line was just shown (the ProgressLog's), which resets the clock."""
+
+    def __init__(self, interval: float = 30.0):
+        self.interval = interval
+        self.phases: list[dict] = []  # a stack: validation inside training
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def printed(self) -> None:
+        self._last = time.monotonic()
+
+    @contextlib.contextmanager
+    def phase(self, what: str, total: int | None = None, line=None, quiet: bool = False):
+        """Run the body as the phase `what` (`total` batches; `line()`: its own progress text)."""
+        p = {"what": what, "total": total, "done": 0, "t0": time.perf_counter(), "line": line}
+        with self._lock:
+            self.phases.append(p)
+        if not quiet:
+            self.say(f"{what}: started" + (f" ({total} batches)" if total else ""))
+        self._start()
+        try:
+            yield p
+        finally:
+            with self._lock:
+                self.phases.remove(p)
+
+    def tick(self, done: int | None = None) -> None:
+        """The current phase finished one more batch (or `done` in all)."""
+        if self.phases:
+            p = self.phases[-1]
+            p["done"] = p["done"] + 1 if done is None else done
+
+    def ticking(self, items):
+        """Yield the items, ticking the current phase after each."""
+        for item in items:
+            yield item
+            self.tick()
+
+    def say(self, text: str) -> None:
+        log.info(text)
+        self.printed()
+
+    def describe(self, p: dict) -> str:
+        if p["line"] is not None:
+            return p["line"]()
+        elapsed = time.perf_counter() - p["t0"]
+        done, total = p["done"], p["total"]
+        eta = elapsed / done * (total - done) if done and total else float("nan")
+        part = f"batch {done}/{total} | " if total else ""
+        return f"{p['what']}: {part}{elapsed:.0f} s so far | ETA {duration(eta)}"
+
+    def _start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="mhalab-heartbeat", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(min(self.interval, 1.0) / 2)
+            with self._lock:
+                p = self.phases[-1] if self.phases else None
+            if p is not None and time.monotonic() - self._last >= self.interval:
+                try:
+                    self.say(self.describe(p))
+                except Exception:  # noqa: BLE001 - a progress line never stops a run
+                    self.printed()
+
+
+HEARTBEAT = Heartbeat()
+
+
 def usage(argv: list[str]) -> str:
     """`mhalab train --help`: the groups and their options, where the keys are defined, and the composed config
     for the given overrides. (Hydra's own help deep-copies the schema once per group: seconds; this: a fraction.)"""
@@ -80,6 +199,35 @@ def usage(argv: list[str]) -> str:
     return "\n".join(lines)
 
 
+def unfinished_twin(plan, argv: list[str]) -> str | None:
+    """A new single run whose config an unfinished run (interrupted, failed or killed; not running now) already
+    has: the line that names it and the command that continues it, else None."""
+    import shlex
+
+    from mhalab.runs.preflight import check_unlocked, run_defining, run_status
+
+    if plan.multirun or plan.show_only or plan.resume_dir is not None or len(plan.jobs) != 1:
+        return None
+    tc = plan.jobs[0][1]
+    if tc.resume or getattr(tc, "defining", None) is None:
+        return None
+    runs_dir = Path(tc.paths.log_dir) / tc.task_name / "runs"
+    twins = []
+    for d in sorted(runs_dir.iterdir() if runs_dir.is_dir() else [], reverse=True):  # the latest first
+        if d.is_dir() and run_status(d) != "ok" and run_defining(d) == tc.defining:
+            try:
+                check_unlocked(d)
+            except ConfigError:  # another process runs it now
+                continue
+            twins.append(d)
+    if not twins:
+        return None
+    status = run_status(twins[0]) or "stopped without a summary"
+    resume = shlex.join(["mhalab", "train", *(a for a in argv if not a.startswith("resume=")), f"resume={twins[0]}"])
+    return (f"mhalab: an unfinished run of this config exists ({status}): {twins[0]}; this command starts a new "
+            f"run; to continue that one instead, stop this one and run:\n  {resume}")
+
+
 def header(dm, arch, cost: dict, run_dir: Path) -> str:
     """The console's short description of a run."""
     m, a = arch.model, arch.attention
@@ -93,14 +241,19 @@ def header(dm, arch, cost: dict, run_dir: Path) -> str:
 MAX_EPOCHS_WITHOUT_WARNING = 10  # the default run makes 1 pass (topic classification: 6); old GPU recipes 170
 
 
+def check_sizes(tc, dm) -> None:
+    """The trainer's settings against the batches of the data (before the Trainer is built): a ConfigError, or a
+    warning for a setting that would leave no number (`TrainerConfig.check_sizes`)."""
+    n = {"train": len(dm.train_dataloader()), "val": len(dm.val_dataloader())}
+    if tc.test:
+        n["test"] = len(dm.test_dataloader())
+    for warning in tc.trainer.check_sizes(n):
+        log.warning(warning)
+
+
 def warn_if_repeating(tc, dm) -> None:
     """A recipe that passes over a small training set many times measures memorisation: say so up front."""
-    batches = len(dm.train_dataloader())
-    limit = tc.trainer.limit_train_batches
-    if isinstance(limit, float):
-        batches = int(batches * limit)
-    elif isinstance(limit, int):
-        batches = min(batches, limit)
+    batches = tc.trainer.batches("train", len(dm.train_dataloader()))
     steps_per_epoch = max(1, batches // tc.trainer.accumulate_grad_batches)
     max_epochs = tc.trainer.max_epochs if tc.trainer.max_epochs not in (None, -1) else float("inf")
     steps = min(tc.trainer.max_steps if tc.trainer.max_steps != -1 else float("inf"), max_epochs * steps_per_epoch)

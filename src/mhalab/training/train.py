@@ -34,7 +34,8 @@ from mhalab.runs import slurm, stopping
 from mhalab.runs.preflight import (LAST, Finished, RunLock, launcher_rank, new_command, preflight, register_resolvers,
                                    remove_stale_temporaries, run_defining, run_status, validate)
 from mhalab.runs.summary import RunSummary, read_summary, write_summary
-from mhalab.training.console import header, quiet_lightning, result_line, usage, warn_if_repeating
+from mhalab.training.console import (check_sizes, header, quiet_lightning, result_line, unfinished_twin, usage,
+                                     warn_if_repeating)
 
 log = logging.getLogger("mhalab")
 CONFIG_PATH = "pkg://mhalab.conf"
@@ -57,6 +58,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"mhalab: {f}")
         print(result_line(read_summary(f.run_dir), f.run_dir))
         sys.exit(0)
+    twin = unfinished_twin(plan, argv)
+    if twin:
+        print(twin, file=sys.stderr)
     handled = not plan.show_only and (not plan.multirun or plan.sweep_dir is not None)
     if handled:  # else Hydra's own handling: a SLURM or Optuna sweep's parent stops as before
         stopping.SIGNALS.start_command(plan.sweep_dir)
@@ -264,6 +268,7 @@ def _fit(job: _Job) -> RunSummary:
     dm = build_datamodule(tc.data, seed=tc.seed)
     dm.prepare_data()
     dm.setup("fit")
+    check_sizes(tc, dm)  # the trainer's settings against the data's batches, before the Trainer is built
     arch = tc.architecture(dm.vocab_size, dm.objective, dm.n_classes)
     token_bytes = dm.token_bytes.tolist() if dm.token_bytes is not None else None
     module = AttentionLitModule(arch.to_dict(), dataclasses.asdict(tc.optim), token_bytes,
