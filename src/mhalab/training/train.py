@@ -82,6 +82,13 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(cfg: DictConfig) -> float | None:
     """One Hydra job: train, summarise, and turn every failure into a summary and an exit status."""
+    try:
+        return _run(cfg)
+    finally:
+        stopping.SIGNALS.end_job()  # a parallel sweep's worker whose command is gone exits here
+
+
+def _run(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -93,7 +100,7 @@ def run(cfg: DictConfig) -> float | None:
     if sweep_dir is not None and stopping.stopped(sweep_dir) is not None:
         _leave_unstarted(run_dir)  # the sweep was stopped before this job began: resuming it runs the job
         return None
-    stopping.SIGNALS.start_job()
+    stopping.SIGNALS.start_job(sweep_dir)
     lock = RunLock(run_dir)
     if launcher_rank() == 0:  # DDP's other processes work in rank 0's run directory, under its lock
         try:
