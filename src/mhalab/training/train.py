@@ -27,6 +27,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from mhalab.checks import available_cpus
 from mhalab.config.compose import parse_args
 from mhalab.config.schema import register
 from mhalab.errors import ConfigError
@@ -445,7 +446,7 @@ def job_threads() -> int:
     """The CPUs this job was given: SLURM's allocation (SLURM_CPUS_PER_TASK), else the CPU affinity mask, shared
     among the jobs a local launcher runs at once (hydra/launcher=parallel: n_jobs), at least 1."""
     cpus = os.environ.get("SLURM_CPUS_PER_TASK")
-    n = int(cpus) if cpus and cpus.isdigit() else len(os.sched_getaffinity(0))
+    n = int(cpus) if cpus and cpus.isdigit() else available_cpus()
     try:
         from hydra.core.hydra_config import HydraConfig
 
