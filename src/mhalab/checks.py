@@ -3,18 +3,63 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Iterator
 
 from mhalab.errors import ConfigError
 
+INT64_MAX = 2**63 - 1  # every count is at most this (torch, Lightning and numpy hold them in int64)
+NAME_MAX = 255  # bytes in one file or folder name (Linux and macOS)
+PATH_MAX = 4096  # bytes in a whole path (Linux)
+
 
 def check_int(key: str, value: Any, low: int | None = None, high: int | None = None) -> int:
-    """value must be an int (not a bool) in [low, high]."""
+    """value must be an int (not a bool) in [low, high], and within int64 whatever the bounds."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{key}={value!r}: {_name(key)} must be an integer{_range(low, high)}")
-    if (low is not None and value < low) or (high is not None and value > high):
-        raise ConfigError(f"{key}={value!r}: {_name(key)} must be an integer{_range(low, high)}")
+    lo = max(low, -INT64_MAX) if low is not None else -INT64_MAX
+    hi = min(high, INT64_MAX) if high is not None else INT64_MAX
+    if not lo <= value <= hi:
+        shown_low = low if low is not None or value >= -INT64_MAX else "-(2**63 - 1)"
+        shown_high = high if high is not None or value <= INT64_MAX else "2**63 - 1"
+        raise ConfigError(f"{key}={value!r}: {_name(key)} must be an integer{_range(shown_low, shown_high)}")
     return value
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask (all of the machine's where there is none)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
+
+
+def check_name(key: str, value: Any) -> str:
+    """value becomes one file or folder name: 1 to NAME_MAX bytes of text, without '/' or NUL, not '.' or '..'."""
+    text = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else None
+    if text is None or text in ("", ".", "..") or "/" in text or "\0" in text or len(text.encode()) > NAME_MAX:
+        size = f" (it has {len(text.encode())} bytes)" if text is not None and len(text.encode()) > NAME_MAX else ""
+        raise ConfigError(f"{key}={_short(value)}: {_name(key)} becomes a file or folder name, so it must be 1 to "
+                          f"{NAME_MAX} bytes without '/' or NUL{size}")
+    return text
+
+
+def check_path(key: str, value: Any) -> str:
+    """value is a path: no NUL, each of its names at most NAME_MAX bytes, the whole at most PATH_MAX bytes."""
+    text = os.fspath(value)
+    long = [part for part in text.split("/") if len(part.encode()) > NAME_MAX]
+    if "\0" in text or long or len(text.encode()) > PATH_MAX:
+        what = (f"its part {_short(long[0])} has {len(long[0].encode())} bytes" if long else
+                "it has a NUL character" if "\0" in text else f"it has {len(text.encode())} bytes")
+        raise ConfigError(f"{key}={_short(text)}: a path may not contain NUL, each file or folder name in it may have "
+                          f"at most {NAME_MAX} bytes and the whole at most {PATH_MAX}; {what}")
+    return text
+
+
+def _short(value: Any) -> str:
+    """repr of a value, cut to 60 characters (a 300-byte name fills no screen)."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}...{text[-12:]} ({len(str(value))} characters)"
 
 
 def check_number(key: str, value: Any, low: float | None = None, high: float | None = None,

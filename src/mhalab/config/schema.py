@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from mhalab.architecture import Architecture, AttentionConfig, ModelConfig
-from mhalab.checks import check_choice, check_int, check_number
+from mhalab.checks import INT64_MAX, check_choice, check_int, check_name, check_number
 from mhalab.data.config import DataConfig
 from mhalab.errors import ConfigError
 from mhalab.heads import resolve_heads
@@ -26,6 +26,9 @@ STRATEGIES = ("auto", "ddp", "ddp_spawn", "ddp_find_unused_parameters_true", "si
 PRECISIONS = ("32-true", "32", "16-mixed", "bf16-mixed", "bf16-true", "16-true", "64-true", "64")
 PROFILERS = ("simple", "advanced", "pytorch")
 OPTIMIZED_METRICS = ("val/loss", "val/acc", "val/acc_best", "val/bpb", "train/loss")  # a run's final metrics
+ENDPOINT_METRICS = ("val/loss", "val/acc", "val/bpb")  # recorded at every validation (the run's history)
+BPB = "val/bpb"  # logged by text language models only (`mhalab.data.config.DataConfig.reports_bpb`)
+MAX_TAG = 64  # characters in a tag (wandb refuses longer ones when the run starts)
 MAX_SEED = 2**32 - 1
 
 
@@ -202,21 +205,21 @@ class TrainerConfig:
 
 def _check_devices(devices: Any) -> None:
     ok = (devices == "auto" or devices == -1 or (isinstance(devices, int) and not isinstance(devices, bool)
-                                                   and devices >= 1)
+                                                   and 1 <= devices <= INT64_MAX)
           or (isinstance(devices, (list, tuple)) and devices and all(isinstance(d, int) and d >= 0 for d in devices)))
     if not ok:
-        raise ConfigError(f"trainer.devices={devices!r}: devices must be a count >= 1, -1 or auto (all), "
+        raise ConfigError(f"trainer.devices={devices!r}: devices must be a count in [1, 2**63 - 1], -1 or auto (all), "
                           "or a list of device indices such as [0, 1]")
 
 
 def _check_fraction_or_count(key: str, value: Any, allow_zero: bool) -> None:
     """A fraction in (0, 1] (a float) or a count >= 1 (an int); 0 / 0.0 only where allow_zero."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{key}={value!r}: {key} must be a fraction in (0, 1] or a count of batches >= 1")
+        raise ConfigError(f"{key}={value!r}: {key} must be a fraction in (0, 1] or a count of batches in [1, 2**63 - 1]")
     if allow_zero and value == 0:
         return
-    if isinstance(value, float) and not 0 < value <= 1 or isinstance(value, int) and value < 1:
-        raise ConfigError(f"{key}={value!r}: {key} must be a fraction in (0, 1] or a count of batches >= 1")
+    if isinstance(value, float) and not 0 < value <= 1 or isinstance(value, int) and not 1 <= value <= INT64_MAX:
+        raise ConfigError(f"{key}={value!r}: {key} must be a fraction in (0, 1] or a count of batches in [1, 2**63 - 1]")
 
 
 @dataclass
@@ -224,13 +227,21 @@ class CheckpointConfig:
     """What is saved: `last.ckpt` at every checkpoint event and at the end; the best by `monitor` for test."""
 
     every_n_steps: Optional[int] = None  # also save last.ckpt every n optimizer steps (bounds the work lost)
-    monitor: str = "val/loss"
-    mode: str = "min"  # min | max
+    monitor: str = "val/loss"  # a metric logged at every validation (OPTIMIZED_METRICS)
+    mode: str = "min"  # min | max: the monitored metric's own direction (min for losses and bpb, max for accuracies)
 
     def __post_init__(self):
+        from mhalab.report.comparison import lower_is_better
+
         if self.every_n_steps is not None:
             check_int("checkpoint.every_n_steps", self.every_n_steps, 1)
+        check_choice("checkpoint.monitor", self.monitor, OPTIMIZED_METRICS)
         check_choice("checkpoint.mode", self.mode, ("min", "max"))
+        better = "min" if lower_is_better(self.monitor) else "max"
+        if self.mode != better:
+            raise ConfigError(f"checkpoint.mode={self.mode} with checkpoint.monitor={self.monitor}: {self.monitor} is "
+                              f"better when it is {'lower' if better == 'min' else 'higher'}, so mode must be {better} "
+                              "(else the worst checkpoint is kept as the best)")
 
 
 @dataclass
@@ -278,9 +289,9 @@ class EndpointConfig:
     margin: Optional[float] = None  # equivalence margin (TOST, +-margin on the metric), declared before the runs
 
     def __post_init__(self):
-        if not isinstance(self.metric, str) or not self.metric.startswith("val/"):
+        if self.metric not in ENDPOINT_METRICS:
             raise ConfigError(f"endpoint.metric={self.metric!r}: the endpoint metric must be a validation metric "
-                              "(val/acc, val/loss, val/bpb)")
+                              f"recorded at every validation ({', '.join(ENDPOINT_METRICS)})")
         if self.threshold is not None:
             check_number("endpoint.threshold", self.threshold, -1e12, 1e12)
         if self.stop_at_threshold and self.threshold is None:
@@ -338,6 +349,24 @@ class TrainConfig:
                 self.task_name.strip(".") == "":
             raise ConfigError(f"task_name={self.task_name!r}: task_name names a folder under paths.log_dir; use "
                               "letters, digits, '.', '_' and '-' only")
+        check_name("task_name", self.task_name)
+        for i, tag in enumerate(self.tags):
+            if not isinstance(tag, str) or not 1 <= len(tag) <= MAX_TAG:
+                raise ConfigError(f"tags[{i}]={tag!r}: each tag must be a string of 1 to {MAX_TAG} characters "
+                                  "(wandb's limit)")
+
+    def check_metrics(self) -> None:
+        """The metrics this config names are ones its task logs: val/bpb only for text language models (the data
+        resolved)."""
+        if self.data.reports_bpb:
+            return
+        named = (("optimized_metric", self.optimized_metric), ("checkpoint.monitor", self.checkpoint.monitor),
+                 ("endpoint.metric", self.endpoint.metric))
+        for key, metric in named:
+            if metric == BPB:
+                raise ConfigError(f"{key}={BPB}: task {self.data.task} ({self.data.objective}, tokenizer "
+                                  f"{self.data.tokenizer}) logs no bits per byte; use one of "
+                                  f"{', '.join(m for m in OPTIMIZED_METRICS if m != BPB)}")
 
     def architecture(self, vocab_size: int, objective: str, n_classes: int | None) -> Architecture:
         """The resolved architecture of this run for the data's vocabulary and classes."""

@@ -6,7 +6,8 @@ Python logging handlers (`filename`), the launchers' folders (`submitit_folder`,
 sweeper's `storage` (a sqlite file) and Hydra's `output_subdir`. Symbolic links and `..` are resolved first.
 A logger's folder is checked as the logger makes it (`save_dir` joined with `name`, `version`, `sub_dir`), and a log
 file's name must end in `.log`: a config chooses its lines (the formatter's `format`), so a log file named
-`.bashrc` or `x.pth` in a folder the config points at would be a script.
+`.bashrc` or `x.pth` in a folder the config points at would be a script. Every such path fits the file system
+(`mhalab.checks.check_path`), and a logger's `name`, `version` and `id` are single names (`check_name`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mhalab.checks import walk
+from mhalab.checks import check_name, check_path, walk
 from mhalab.errors import ConfigError
 
 PATH_KEYS = ("save_dir", "dir", "dirpath", "root_dir", "log_dir", "filename", "submitit_folder", "temp_folder",
@@ -32,6 +33,10 @@ def check_writes(plain: dict, run_dir: str | Path) -> None:
     """ConfigError naming the first key that would write outside the run directory, paths.log_dir or the cache."""
     hydra = plain.get("hydra") or {}
     base = Path(run_dir) if (hydra.get("job") or {}).get("chdir") else Path.cwd()
+    for key in ("paths.log_dir", "paths.cache_dir", "data.cache_dir", "data.hf_cache_dir"):
+        node, name = key.split(".")
+        if (plain.get(node) or {}).get(name):
+            check_path(key, plain[node][name])
     roots = [_real(Path(run_dir), base)] + [_real(Path(p), base) for p in (
         (plain.get("paths") or {}).get("log_dir"), (plain.get("paths") or {}).get("cache_dir"),
         (plain.get("data") or {}).get("cache_dir"), (plain.get("data") or {}).get("hf_cache_dir")) if p]
@@ -48,12 +53,19 @@ def check_writes(plain: dict, run_dir: str | Path) -> None:
             if value is None or isinstance(value, (dict, list)) or not (name in PATH_KEYS or name in URL_KEYS):
                 continue
             path = _path_of(key, name, value)
+            if path is not None:
+                check_path(key, path)
             if path is not None and not _under(_real(path, base), roots):
                 raise ConfigError(f"{key}={value!r}: files may be written only under {where}")
             if section in LOGGING_SECTIONS and name == "filename" and not str(value).endswith(LOG_SUFFIX):
                 raise ConfigError(f"{key}={value!r}: a log file's name must end in {LOG_SUFFIX} (a config chooses "
                                   "what its lines say, so under another name it could be a script)")
         for key, node in ((k, v) for k, v in walk(node, section) if isinstance(v, dict)):
+            for name in ("name", "version", "id") if section == "logger" else ():  # "name": a folder if save_dir
+                if node.get(name) not in (None, "") and (name != "name" or node.get("save_dir") is not None):
+                    check_name(f"{key}.{name}", node[name])
+            if node.get("sub_dir") not in (None, ""):
+                check_path(f"{key}.sub_dir", str(node["sub_dir"]))
             if node.get("save_dir") is None or not any(node.get(k) not in (None, "") for k in SUBDIR_KEYS):
                 continue
             parts = [str(node[k]) for k in SUBDIR_KEYS if node.get(k) not in (None, "")]

@@ -282,6 +282,12 @@ class DataConfig:
         return task
 
     @property
+    def reports_bpb(self) -> bool:
+        """Whether runs on this (resolved) data log bits per byte: language models of text, not of a synthetic
+        task's ids (`mhalab.training.module.AttentionLitModule.reports_bpb`)."""
+        return self.objective != "classification" and self.tokenizer != "ids"
+
+    @property
     def n_labels(self) -> int | None:
         """Number of classes for classification, else None."""
         if self.objective != "classification":

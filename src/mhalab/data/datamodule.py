@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,8 @@ class TextDataModule(L.LightningDataModule):
             collate_fn=collate,
             num_workers=workers,
             persistent_workers=workers > 0,
+            # forked as in a single run, also where the default is to spawn (a parallel sweep's loky worker)
+            multiprocessing_context="fork" if workers and "fork" in multiprocessing.get_all_start_methods() else None,
         )
 
     def _train_position(self) -> tuple[int, int]:

@@ -26,6 +26,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from mhalab.checks import available_cpus, check_path
 from mhalab.errors import ConfigError
 from mhalab.runs.stopping import stops_as_a_whole
 from mhalab.runs.summary import SUMMARY
@@ -114,6 +115,7 @@ def validate(cfg: DictConfig, plain: dict | None = None):
         typed = _typed(TrainConfig, {k: v for k, v in plain.items() if k not in ("hydra", "logger", "callbacks")})
         typed.logger, typed.callbacks = cfg.get("logger") or {}, cfg.get("callbacks") or {}
         typed.data = typed.data.resolved()
+        typed.check_metrics()
         return typed
     container = OmegaConf.to_container(cfg, resolve=False)
     container.pop("hydra", None)
@@ -124,6 +126,7 @@ def validate(cfg: DictConfig, plain: dict | None = None):
         raise ConfigError(hydra_message(e)) from None
     typed.logger, typed.callbacks = cfg.get("logger") or {}, cfg.get("callbacks") or {}
     typed.data = typed.data.resolved()
+    typed.check_metrics()
     return typed
 
 
@@ -174,9 +177,11 @@ def check_job(cfg: DictConfig, run_dir: str | Path | None = None, files: tuple[s
     for name in ("job_logging", "hydra_logging"):
         if plain["hydra"].get(name) is not None:
             check_logging(plain["hydra"][name], f"hydra.{name}")
+    tc = validate(cfg, plain)  # first: a value that makes a bad path (task_name) is named itself
+    check_path("hydra.run.dir" if run_dir == str(OmegaConf.select(cfg, "hydra.run.dir")) else "hydra.sweep.dir",
+               run_dir)
     check_writes(plain, run_dir)
     check_network(plain, cli)
-    tc = validate(cfg, plain)
     check_inputs(tc)
     check_machine(tc)
     tc.redaction = Redaction.of(cfg)
@@ -200,7 +205,7 @@ def check_inputs(tc) -> None:
 
 
 def check_machine(tc) -> None:
-    """The accelerator asked for exists, and the model fits in memory."""
+    """The accelerator asked for exists, the processes asked for have CPUs, and the model fits in memory."""
     from mhalab.cost import memory_estimate
 
     if tc.trainer.wants_gpu:
@@ -209,6 +214,13 @@ def check_machine(tc) -> None:
         if not torch.cuda.is_available():
             raise ConfigError(f"trainer.accelerator={tc.trainer.accelerator}: no CUDA GPU is available to this "
                               f"torch {torch.__version__}; use trainer=cpu or trainer.accelerator=auto")
+    cpus = available_cpus()
+    if tc.data.num_workers > cpus:
+        raise ConfigError(f"data.num_workers={tc.data.num_workers}: num_workers must be an integer in [0, {cpus}], "
+                          "the CPUs this process may use")
+    if tc.trainer.accelerator == "cpu" and isinstance(tc.trainer.devices, int) and tc.trainer.devices > cpus:
+        raise ConfigError(f"trainer.devices={tc.trainer.devices} with trainer.accelerator=cpu: devices (one process "
+                          f"each) must be -1, auto or an integer in [1, {cpus}], the CPUs this process may use")
     need = memory_estimate(tc)
     have = _physical_memory()
     if have and need > have:
@@ -320,6 +332,17 @@ def _single_run_config(composer, overrides: list[str]) -> DictConfig | None:
     return None if OmegaConf.select(cfg, "hydra.mode") == RunMode.MULTIRUN else cfg
 
 
+def check_n_jobs(master: DictConfig) -> None:
+    """A launcher that runs jobs in processes on this machine (joblib's) starts no more of them than it has CPUs."""
+    if "joblib" not in str(OmegaConf.select(master, "hydra.launcher._target_", default="")):
+        return
+    n_jobs, cpus = OmegaConf.select(master, "hydra.launcher.n_jobs", default=None), available_cpus()
+    if n_jobs is not None and n_jobs != -1 and (isinstance(n_jobs, bool) or not isinstance(n_jobs, int)
+                                                or not 1 <= n_jobs <= cpus):
+        raise ConfigError(f"hydra.launcher.n_jobs={n_jobs!r}: n_jobs (worker processes) must be -1 (one per CPU) or "
+                          f"an integer in [1, {cpus}], the CPUs this process may use")
+
+
 def check_sweep_direction(master: DictConfig, metric: str) -> None:
     """A sweeper with a single direction (Optuna's) must go the way optimized_metric is better."""
     given = OmegaConf.select(master, "hydra.sweeper.direction", default=None)
@@ -384,6 +407,7 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
     tc = checked[0][1]
     if not tc.resume:
         check_not_a_run(Path(sweep_dir), "hydra.sweep.dir")
+    check_n_jobs(master)
     check_launcher(master, len(checked))  # the cluster's own answer, before anything is written
     check_writable(Path(tc.paths.log_dir), "paths.log_dir")
     plan = Plan(list(argv), True, checked)

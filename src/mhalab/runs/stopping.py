@@ -10,6 +10,13 @@ A grid sweep whose jobs run on this machine (Hydra's basic or joblib launcher: `
 A signal to the command, to any of its jobs or to their process group (Ctrl-C) leaves `<sweep_dir>/.stopped`; each
 running job stops at its next step boundary, a job not yet started does not start, and the command prints one line
 with the sweep's own resume command. Sweeps elsewhere (SLURM) and drawn as they go (Optuna) stop job by job.
+
+A parallel sweep's workers (joblib's loky processes, children of the command's process) are supervised: a thread in
+each watches its parent (`watch_parent`) and, when the command is gone however it died (SIGKILL included), stops the
+job like SIGTERM does (last.ckpt, an "interrupted" summary, the sweep marked stopped); the worker then exits instead
+of waiting for jobs no one will send, and a stop signal to an orphaned worker between jobs ends it. (Polling, not
+`prctl(PR_SET_PDEATHSIG)`: that fires when the *thread* that started the worker ends, and loky starts replacement
+workers from its manager thread.) Their DataLoader workers follow within seconds (torch's own watchdog).
 """
 
 from __future__ import annotations
@@ -18,12 +25,16 @@ import logging
 import os
 import shlex
 import signal
+import sys
+import threading
+import time
 from pathlib import Path
 
 log = logging.getLogger("mhalab")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 STOPPED = ".stopped"  # in a sweep directory: the number of the signal that stopped the sweep
 LOCAL_LAUNCHERS = ("BasicLauncher", "JoblibLauncher")
+PARENT_POLL_S = 0.5  # how often a parallel sweep's worker checks that the command that started it is alive
 
 
 class Interrupted(Exception):
@@ -42,8 +53,9 @@ class StopSignals:
     def __init__(self):
         self.received: int | None = None
         self.sweep_dir: Path | None = None
-        self.now = self.training = self.command = False
+        self.now = self.training = self.command = self.in_job = False
         self.originals: dict[int, object] = {}
+        self.parent: int | None = None  # a parallel sweep's worker: the pid of the command's process, watched
 
     def install(self) -> bool:
         """Handle the stop signals here (again after Lightning replaced a handler); True when newly installed."""
@@ -57,7 +69,9 @@ class StopSignals:
         """The handlers that were there before, and nothing recorded."""
         for sig, handler in self.originals.items():
             signal.signal(sig, handler)
+        parent = self.parent
         self.__init__()
+        self.parent = parent  # the watch goes on
 
     def original(self, signum: int):
         return self.originals.get(signum)
@@ -76,13 +90,42 @@ class StopSignals:
             if self.received is not None:
                 mark_stopped(self.sweep_dir, self.received)
 
-    def start_job(self) -> None:
+    def start_job(self, sweep_dir: Path | None = None) -> None:
         """A job starts. In a launcher's worker process the handler is installed and stays, so that a signal between
-        two jobs ends no worker (joblib would then tear down the others), and a signal from before this job is
-        forgotten (the sweep's mark says whether it still counts)."""
+        two jobs ends no worker (joblib would then tear down the others) but marks the sweep stopped, and a signal
+        from before this job is forgotten (the sweep's mark says whether it still counts). `sweep_dir`: a sweep that
+        stops as a whole; its workers watch the command's process (`watch_parent`)."""
         if not self.command:
             self.install()
             self.received = None
+            if sweep_dir is not None:
+                self.sweep_dir = Path(sweep_dir)
+                self.watch_parent()
+        self.in_job = True
+
+    def end_job(self) -> None:
+        """A job has ended, however: a worker whose command is gone exits now (no job will come)."""
+        self.in_job = False
+        if self.orphaned():
+            _exit(self.received or signal.SIGTERM)
+
+    def watch_parent(self) -> None:
+        """From now on, once the parent process is gone, stop as on SIGTERM (once per process)."""
+        if self.parent is not None:
+            return
+        self.parent = parent = os.getppid()
+
+        def watch():
+            while os.getppid() == parent:
+                time.sleep(PARENT_POLL_S)
+            log.warning("the sweep's command (pid %d) is gone: stopping this job as on SIGTERM", parent)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread(target=watch, name="mhalab-parent-watch", daemon=True).start()
+
+    def orphaned(self) -> bool:
+        """A watched worker whose parent (the sweep's command) has died."""
+        return self.parent is not None and os.getppid() != self.parent
 
     def requested(self, sweep_dir: Path | None = None) -> int | None:
         """The signal that stops this job: received here, or the one that stopped its sweep."""
@@ -91,6 +134,8 @@ class StopSignals:
         return stopped(sweep_dir) if sweep_dir is not None else None
 
     def _handle(self, signum, frame) -> None:
+        if not self.in_job and self.orphaned():  # an idle worker of a dead command: nothing to save or wait for
+            _exit(signum)
         first = self.received is None
         self.received = signum
         if self.sweep_dir is not None:
@@ -114,6 +159,17 @@ class UnstartedJobs(logging.Filter):
         if sweep_dir is None or not record.getMessage().lstrip().startswith("#"):
             return True
         return stopped(sweep_dir) is None
+
+
+def _exit(signum: int) -> None:
+    """End this process now, with 128 + signum, after flushing what it logged and printed."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(128 + signum)
 
 
 def stops_as_a_whole(hydra) -> bool:

@@ -27,6 +27,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from mhalab.checks import available_cpus
 from mhalab.config.compose import parse_args
 from mhalab.config.schema import register
 from mhalab.errors import ConfigError
@@ -86,6 +87,13 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(cfg: DictConfig) -> float | None:
     """One Hydra job: train, summarise, and turn every failure into a summary and an exit status."""
+    try:
+        return _run(cfg)
+    finally:
+        stopping.SIGNALS.end_job()  # a parallel sweep's worker whose command is gone exits here
+
+
+def _run(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -97,7 +105,7 @@ def run(cfg: DictConfig) -> float | None:
     if sweep_dir is not None and stopping.stopped(sweep_dir) is not None:
         _leave_unstarted(run_dir)  # the sweep was stopped before this job began: resuming it runs the job
         return None
-    stopping.SIGNALS.start_job()
+    stopping.SIGNALS.start_job(sweep_dir)
     lock = RunLock(run_dir)
     if launcher_rank() == 0:  # DDP's other processes work in rank 0's run directory, under its lock
         try:
@@ -467,7 +475,7 @@ def job_threads() -> int:
     """The CPUs this job was given: SLURM's allocation (SLURM_CPUS_PER_TASK), else the CPU affinity mask, shared
     among the jobs a local launcher runs at once (hydra/launcher=parallel: n_jobs), at least 1."""
     cpus = os.environ.get("SLURM_CPUS_PER_TASK")
-    n = int(cpus) if cpus and cpus.isdigit() else len(os.sched_getaffinity(0))
+    n = int(cpus) if cpus and cpus.isdigit() else available_cpus()
     try:
         from hydra.core.hydra_config import HydraConfig
 
