@@ -72,7 +72,7 @@ class StatsConfig:
     importance: bool = True  # head importance (Michel et al. 2019) at the end of training
     importance_batches: int = 8  # validation batches whose examples importance averages over
     plots: bool = True  # attention maps and layer x head heatmaps in <run_dir>/plots
-    max_plot_tokens: int = 48  # tokens shown in the attention maps
+    max_plot_tokens: int = 32  # tokens shown in the attention maps, each labelled
     detector_len: int = 16  # head detectors on random tokens repeated once: 2 x this many (0 = off)
     extra: Dict[str, Any] = field(default_factory=dict)  # name -> {_target_: your statistic class, ...}
 

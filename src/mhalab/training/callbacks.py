@@ -168,15 +168,22 @@ class HeadStatsCallback(L.Callback):
         matrices = dict(self.stats)
         if self.importance is not None:
             matrices["importance"] = self.importance
-        paths = plots.plot_stat_heatmaps(matrices, self.plot_dir)
+        arch = pl_module.arch
+        paths = plots.plot_stat_heatmaps(matrices, self.plot_dir, plots.drawn_stats(matrices, arch.causal))
+        maps, tokens = self.probe_maps()
+        paths.append(plots.plot_attention_maps(maps, tokens, self.plot_dir / "attention_maps.png",
+                                               self.cfg.max_plot_tokens, causal=arch.causal,
+                                               n_kv_heads=arch.attention.n_kv_heads))
+        self.plot_paths = paths
+        log_images(pl_module.loggers, paths, pl_module.global_step)
+
+    def probe_maps(self) -> tuple[list[Tensor], list[str]]:
+        """(the latest attention weights of the first probe example, n_layers x (H, T, T) on the CPU, its T tokens),
+        padding left out."""
         ids, pad = self.probe["input_ids"][0], self.probe.get("padding_mask")
         n_valid = int((~pad[0]).sum()) if pad is not None else ids.numel()
         tokens = self.decode(ids[:n_valid].tolist()) if self.decode else [str(i) for i in ids[:n_valid].tolist()]
-        maps = [w[0, :, :n_valid, :n_valid].float().cpu() for w in self.attentions]  # n_layers x (H, T, T)
-        paths.append(plots.plot_attention_maps(maps, tokens, self.plot_dir / "attention_maps.png",
-                                               max_tokens=self.cfg.max_plot_tokens))
-        self.plot_paths = paths
-        log_images(pl_module.loggers, paths, pl_module.global_step)
+        return [w[0, :, :n_valid, :n_valid].float().cpu() for w in self.attentions], tokens
 
     def summary(self) -> dict[str, Any]:
         """This callback's part of summary.json: (L, H) matrices as nested lists, plot paths, errors."""
