@@ -2,8 +2,9 @@
 
 Figures are built as `matplotlib.figure.Figure` objects and saved with the Agg canvas: no pyplot state, no
 display and no global backend switch (safe to import from a notebook).
-CLI: `mhalab plots <run_dir> [--out DIR]` redraws a run's pictures into a new folder (default
-<run_dir>/plots-redrawn-<time>): the heatmaps from its summary.json, the attention maps from its checkpoint.
+CLI: `mhalab plots <run_dir> [--out DIR] [--html]` redraws a run's pictures into a new folder (default
+<run_dir>/plots-redrawn-<time>): the heatmaps from its summary.json, the attention maps from its checkpoint, and
+with --html the interactive page of every head (attention.html, mhalab.analysis.interactive).
 """
 
 from datetime import datetime
@@ -189,6 +190,29 @@ def plot_stat_heatmaps(matrices: dict, out_dir, stats=None) -> list[Path]:
     return paths
 
 
+LOGGED_WIDTH = 1200  # pixels, at most, of a picture sent to a logger while training
+LOGGED_STATS = ("entropy_norm", "prev", "first_token", "induction_score")  # heatmaps sent while training
+
+
+def figure_array(fig, max_width: int = LOGGED_WIDTH):
+    """A figure rendered to a (height, width, 3) uint8 array at most max_width pixels wide (at most 100 dpi)."""
+    import numpy as np
+
+    fig.set_dpi(min(100.0, max_width / fig.get_figwidth()))
+    fig.canvas.draw()
+    return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
+
+
+def training_pictures(matrices: dict, maps, tokens, max_tokens: int = 32, causal: bool = False,
+                      n_kv_heads: int | None = None) -> dict:
+    """{name: image array} of one statistics pass for the loggers: the attention maps and LOGGED_STATS' heatmaps."""
+    images = {"attention_maps": figure_array(attention_figure(maps, tokens, max_tokens, None, causal, n_kv_heads))}
+    for name in LOGGED_STATS:
+        if name in matrices:
+            images[f"stat_{name}"] = figure_array(stat_figure(matrices[name], name))
+    return images
+
+
 def summary_matrices(summary) -> dict:
     """{stat: (n_layers, n_heads) tensor} of a RunSummary: its head statistics and (as "importance") importance."""
     from mhalab.runs.summary import head_matrix
@@ -199,11 +223,9 @@ def summary_matrices(summary) -> dict:
     return matrices
 
 
-def attention_maps_from_checkpoint(run_dir, out_dir, checkpoint=None, max_tokens: int = 32) -> Path:
-    """Redraw the probe example's attention maps from a checkpoint of a run (default: the one it tested).
-
-    The data task comes from the run's summary.json; the checkpoint is loaded with weights_only=True.
-    """
+def probe_example(run_dir, checkpoint=None):
+    """(weights n_layers x (H, T, T), T tokens, the module) of the probe batch's first example under a checkpoint of
+    a run (default: the one it tested), padding left out. The checkpoint is loaded with weights_only=True."""
     from mhalab.analysis.head_stats import attention_patterns
     from mhalab.analysis.run import open_run
 
@@ -213,14 +235,30 @@ def attention_maps_from_checkpoint(run_dir, out_dir, checkpoint=None, max_tokens
     attentions = attention_patterns(module, probe)  # n_layers x (B, H, T, T)
     n_valid = int((~probe["padding_mask"][0]).sum())
     tokens = dm.decode(probe["input_ids"][0, :n_valid].tolist())
-    maps = [w[0, :, :n_valid, :n_valid] for w in attentions]  # n_layers x (H, T, T)
+    return [w[0, :, :n_valid, :n_valid] for w in attentions], tokens, module  # n_layers x (H, T, T)
+
+
+def attention_maps_from_checkpoint(run_dir, out_dir, checkpoint=None, max_tokens: int = 32) -> Path:
+    """Redraw the probe example's attention maps from a checkpoint of a run (default: the one it tested)."""
+    maps, tokens, module = probe_example(run_dir, checkpoint)
     arch = module.arch
     return plot_attention_maps(maps, tokens, Path(out_dir) / "attention_maps.png", max_tokens, causal=arch.causal,
                                n_kv_heads=arch.attention.n_kv_heads)
 
 
+def attention_page_from_checkpoint(run_dir, out_dir, matrices: dict, checkpoint=None) -> Path:
+    """The interactive page of every head (mhalab.analysis.interactive) of the probe example, as attention.html."""
+    from mhalab.analysis.interactive import write_attention_page
+
+    maps, tokens, module = probe_example(run_dir, checkpoint)
+    arch = module.arch
+    return write_attention_page(Path(out_dir) / "attention.html", maps, tokens, matrices, f"attention of every head: "
+                                f"{Path(run_dir).name}", arch.causal, arch.attention.n_kv_heads)
+
+
 def run_cli(args) -> int:
-    """`mhalab plots`: the heatmaps from summary.json and, unless --no-maps, the attention maps, in a new folder."""
+    """`mhalab plots`: the heatmaps from summary.json and, unless --no-maps, the attention maps, and with --html the
+    interactive page of every head, in a new folder."""
     from mhalab.checks import check_int
     from mhalab.runs.summary import read_summary
 
@@ -234,11 +272,14 @@ def run_cli(args) -> int:
     from mhalab.training.console import each_with_progress
 
     matrices = summary_matrices(summary)
-    pictures = [f"heatmap of {name}" for name in drawn_stats(matrices, summary.objective == "clm")] + ([] if args.no_maps else ["attention maps"])
+    pictures = [f"heatmap of {name}" for name in drawn_stats(matrices, summary.objective == "clm")]
+    pictures += ([] if args.no_maps else ["attention maps"]) + (["interactive page"] if args.html else [])
     paths = []
     for picture in each_with_progress("plots", pictures, "picture"):  # a line on stderr as each one starts
         if picture == "attention maps":
             paths.append(attention_maps_from_checkpoint(args.run_dir, out, args.checkpoint, args.max_tokens))
+        elif picture == "interactive page":
+            paths.append(attention_page_from_checkpoint(args.run_dir, out, matrices, args.checkpoint))
         else:
             paths += plot_stat_heatmaps(matrices, out, stats=[picture.removeprefix("heatmap of ")])
     paths.append(write_head_table(summary, out / "head_stats.md", args.run_dir))
