@@ -22,8 +22,7 @@ def causal_maps(n_layers=2, n_heads=4, T=12):
 def page(tmp_path, **kwargs):
     tokens = ["the", " </script>", " cat", *"abcdefghi"]  # 12 tokens, one that would end the script
     stats = {"entropy_norm": torch.rand(2, 4), "prev": torch.rand(2, 4)}
-    return write_attention_page(tmp_path / "attention.html", causal_maps(), tokens, stats, "a <run>", causal=True,
-                                **kwargs)
+    return write_attention_page(tmp_path / "attention.html", causal_maps(), tokens, stats, "a <run>", **kwargs)
 
 
 def test_page_is_self_contained(tmp_path):

@@ -1,4 +1,4 @@
-"""What each picture claims: attention maps whose colour scale leaves out a causal model's trivial first row, GQA
+"""What each picture claims: attention maps coloured by each row's largest weight and every token labelled, GQA
 maps grouped by key-value head, heatmaps on each statistic's fixed scale with units and enough decimals, and no
 heatmap of a statistic that is zero by construction."""
 
@@ -19,14 +19,14 @@ def panels(fig):
     return [ax for ax in fig.axes if ax.get_title().startswith("L")]
 
 
-def test_causal_maps_scale_leaves_out_the_first_row():
+def test_maps_colour_each_row_by_its_largest_weight():
     maps = causal_maps(1, 2, 8)
-    fig = attention_figure(maps, list("abcdefgh"), causal=True)
+    fig = attention_figure(maps, list("abcdefgh"))
     for h, ax in enumerate(panels(fig)):
-        assert ax.images[0].get_clim() == pytest.approx((0.0, float(maps[0][h, 1:].max())))
-    assert "below the first row" in fig._suptitle.get_text()
-    plain = attention_figure(maps, list("abcdefgh"))  # not causal: the largest weight anywhere
-    assert panels(plain)[0].images[0].get_clim()[1] == pytest.approx(1.0)
+        shown = torch.as_tensor(ax.images[0].get_array())  # (T, T)
+        assert ax.images[0].get_clim() == (0.0, 1.0)
+        assert torch.allclose(shown, maps[0][h] / maps[0][h].amax(-1, keepdim=True))
+    assert "divided by its largest" in fig._suptitle.get_text()
 
 
 def test_gqa_maps_are_grouped_by_key_value_head():
@@ -34,7 +34,7 @@ def test_gqa_maps_are_grouped_by_key_value_head():
     assert head_rows(16, 2) == [("KV head 0", [0, 1, 2, 3]), ("KV head 0", [4, 5, 6, 7]),
                                 ("KV head 1", [8, 9, 10, 11]), ("KV head 1", [12, 13, 14, 15])]
     assert head_rows(6, 6) == [("", [0, 1, 2, 3]), ("", [4, 5])]  # MHA: rows of at most 4 panels
-    fig = attention_figure(causal_maps(2, 4, 5), list("abcde"), causal=True, n_kv_heads=2)
+    fig = attention_figure(causal_maps(2, 4, 5), list("abcde"), n_kv_heads=2)
     titles = [ax.get_title() for ax in panels(fig)]
     assert titles == [f"L{l}H{h} (KV head {h // 2})" for l in range(2) for h in range(4)]
     assert fig.axes[0].get_subplotspec().get_geometry()[:2] == (4, 2)  # a row per layer and KV group

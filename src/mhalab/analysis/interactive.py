@@ -17,8 +17,8 @@ from pathlib import Path
 MAX_TOKENS = 64  # tokens on the page: L x H x T^2 weights are inlined (2 x 4 x 64^2 ~ 100 kB)
 
 
-def page_data(weights_per_layer, tokens, stats: dict | None = None, causal: bool = False,
-              n_kv_heads: int | None = None, max_tokens: int = MAX_TOKENS) -> dict:
+def page_data(weights_per_layer, tokens, stats: dict | None = None, n_kv_heads: int | None = None,
+              max_tokens: int = MAX_TOKENS) -> dict:
     """The page's inline data: tokens, weights per layer and head in thousandths ((T, T) lists of ints), the
     head statistics {stat: (L, H) lists} and the model's shape."""
     n = min(len(tokens), max_tokens)
@@ -27,16 +27,15 @@ def page_data(weights_per_layer, tokens, stats: dict | None = None, causal: bool
         w = w.detach().float().cpu()[:, :n, :n]  # (H, n, n)
         layers.append((w * 1000).round().int().tolist())
     n_heads = len(layers[0]) if layers else 0
-    return {"tokens": [str(t) for t in tokens[:n]], "weights": layers, "causal": bool(causal),
-            "n_heads": n_heads, "n_kv_heads": n_kv_heads or n_heads,
+    return {"tokens": [str(t) for t in tokens[:n]], "weights": layers, "n_heads": n_heads, "n_kv_heads": n_kv_heads or n_heads,
             "stats": {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in (stats or {}).items()}}
 
 
 def write_attention_page(path, weights_per_layer, tokens, stats: dict | None = None, title: str = "attention",
-                         causal: bool = False, n_kv_heads: int | None = None, max_tokens: int = MAX_TOKENS) -> Path:
+                         n_kv_heads: int | None = None, max_tokens: int = MAX_TOKENS) -> Path:
     """Write the page for one example: weights_per_layer n_layers x (H, T, T), its T tokens, the heads'
     statistics {stat: (n_layers, n_heads)}; returns the path."""
-    data = page_data(weights_per_layer, tokens, stats, causal, n_kv_heads, max_tokens)
+    data = page_data(weights_per_layer, tokens, stats, n_kv_heads, max_tokens)
     inline = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")  # nothing can close the script early
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -68,7 +67,7 @@ td, th { padding: 1px 6px; text-align: right; }
 <h1>__TITLE__</h1>
 <div class="note">Hover a token: the text is coloured by where the chosen head looks from it (each query's weights
 divided by its largest; the weight on hover), and the strips show where every head of the layer looks from it.
-Click a strip or a button to choose a head. Map colour: 0 to the head's largest weight<span id="scalenote"></span>.
+Click a strip or a button to choose a head. The map is coloured the same way: each row over its largest weight.
 </div>
 <div class="bar" id="layers"></div>
 <div class="bar" id="headbar"></div>
@@ -90,11 +89,6 @@ function blue(x) {  // x in [0, 1] -> white to blue
   x = Math.max(0, Math.min(1, x));
   const c = (a, b) => Math.round(a + (b - a) * x);
   return "rgb(" + c(255, 31) + "," + c(255, 119) + "," + c(255, 180) + ")";
-}
-function headMax(l, h) {  // the largest weight, below the first row in a causal model (that row is all on itself)
-  let m = 1e-6;
-  for (let q = (D.causal && T > 1) ? 1 : 0; q < T; q++) for (let k = 0; k < T; k++) m = Math.max(m, w(l, h, q, k));
-  return m;
 }
 function rowMax(l, h, q) { let m = 1e-6; for (let k = 0; k < T; k++) m = Math.max(m, w(l, h, q, k)); return m; }
 const group = (h) => Math.floor(h / (H / G));
@@ -157,10 +151,13 @@ function strips() {
 }
 
 function map() {
-  const l = state.layer, h = state.head, c = $("map"), ctx = c.getContext("2d"), s = c.width / T, m = headMax(l, h);
-  $("maptitle").textContent = "L" + l + "H" + h + " (rows: queries, columns: keys; 0 to " + m.toFixed(3) + ")";
-  for (let q = 0; q < T; q++) for (let k = 0; k < T; k++) {
-    ctx.fillStyle = blue(w(l, h, q, k) / m); ctx.fillRect(k * s, q * s, Math.ceil(s), Math.ceil(s));
+  const l = state.layer, h = state.head, c = $("map"), ctx = c.getContext("2d"), s = c.width / T;
+  $("maptitle").textContent = "L" + l + "H" + h + " (rows: queries, columns: keys; each row over its largest)";
+  for (let q = 0; q < T; q++) {
+    const m = rowMax(l, h, q);
+    for (let k = 0; k < T; k++) {
+      ctx.fillStyle = blue(w(l, h, q, k) / m); ctx.fillRect(k * s, q * s, Math.ceil(s), Math.ceil(s));
+    }
   }
   ctx.strokeStyle = "#d62728"; ctx.lineWidth = 2; ctx.strokeRect(1, state.query * s, c.width - 2, s);
 }
@@ -176,7 +173,6 @@ function stats() {
 
 function drawQuery() { text(); strips(); map(); }
 function draw() { buttons(); drawQuery(); stats(); }
-$("scalenote").textContent = D.causal ? " below the first row (a causal model's first query sees only itself)" : "";
 draw();
 
 if (location.hash === "#selftest") {  // hover a token as a user would; record whether the drawing changed

@@ -56,14 +56,14 @@ def head_rows(n_heads: int, n_kv_heads: int | None = None, max_columns: int = MA
 
 
 def attention_figure(weights_per_layer, tokens, max_tokens: int = 32, pad_token: str | None = None,
-                     causal: bool = False, n_kv_heads: int | None = None):
+                     n_kv_heads: int | None = None):
     """Grid of attention maps for one example, a panel per head titled L{l}H{h}, every token labelled.
 
     weights_per_layer: one (H, T, T) tensor per layer. tokens: T strings; positions whose token equals
     `pad_token`, and positions past len(tokens), are dropped, then the first `max_tokens` are kept. Each layer's
     heads fill rows of at most MAX_COLUMNS; with n_kv_heads < H a row holds one key-value group (labelled).
-    Colour: each panel from 0 to its largest weight; in a causal model the first query row (all weight on itself)
-    is left out of that maximum (its cell shows saturated), so the rest of the map is not dark.
+    Colour: each query row divided by its largest weight (1 = where that query looks most), on one 0-1 scale for
+    all panels: a raw 0-1 scale is saturated by the first rows of a causal model, which have few keys to share.
     """
     import torch
 
@@ -79,11 +79,12 @@ def attention_figure(weights_per_layer, tokens, max_tokens: int = 32, pad_token:
     n = len(keep)
     panel = max(1.6, 0.13 * n)  # inches of map per panel: 0.13 in per token, room for a 7-point label each
     # constrained layout (+0.5 s) keeps every panel's colour bar and labels from overlapping at any size
-    fig = new_figure(figsize=(n_cols * (panel + 1.1) + 0.3, len(rows) * (panel + 0.9) + 0.4), layout="constrained")
+    fig = new_figure(figsize=(n_cols * (panel + 0.6) + 1.0, len(rows) * (panel + 0.9) + 0.5), layout="constrained")
     axes = fig.subplots(len(rows), n_cols, squeeze=False)
-    first = 1 if causal and n > 1 else 0
+    image = None
     for r, (layer, group, heads) in enumerate(rows):
         w = weights_per_layer[layer].detach().float().cpu()[:, idx][:, :, idx]  # (H, n, n)
+        w = w / w.amax(-1, keepdim=True).clamp_min(1e-9)  # (H, n, n): each row over its largest weight
         for c in range(n_cols):
             ax = axes[r, c]
             if c >= len(heads):
@@ -91,30 +92,28 @@ def attention_figure(weights_per_layer, tokens, max_tokens: int = 32, pad_token:
                 continue
             h = heads[c]
             # imshow, not sns.heatmap: seaborn redraws the whole figure per panel to check tick labels (6 s for 8)
-            vmax = max(float(w[h, first:].max()), 1e-6)
-            image = ax.imshow(w[h].numpy(), vmin=0.0, vmax=vmax, cmap="viridis", interpolation="nearest")
+            image = ax.imshow(w[h].numpy(), vmin=0.0, vmax=1.0, cmap="viridis", interpolation="nearest")
             ax.set_xticks(range(n), labels, rotation=90, fontsize=7)
             ax.set_yticks(range(n), labels, fontsize=7)
             ax.tick_params(length=0, pad=1)
-            colorbar = fig.colorbar(image, ax=ax, shrink=0.8, pad=0.02, aspect=30)
-            colorbar.ax.tick_params(labelsize=7)
             ax.set_title(f"L{layer}H{h}" + (f" ({group})" if group else ""), fontsize=11, pad=3)
             if c == 0:
                 ax.set_ylabel("query", fontsize=8)
             if r == len(rows) - 1 or c >= len(rows[r + 1][2]):
                 ax.set_xlabel("key", fontsize=8)
-    scale = ("each panel 0 to its largest weight below the first row\n(a causal model's first query sees only "
-             "itself)") if first else "each panel 0 to its largest weight"
-    fig.suptitle(f"attention weights, first {n} tokens (rows: queries, columns: keys)\ncolour: {scale}", fontsize=11)
+    colorbar = fig.colorbar(image, ax=axes, shrink=min(0.8, 3.0 / len(rows) + 0.2), aspect=30, pad=0.01)
+    colorbar.set_label("weight / the row's largest weight", fontsize=9)
+    fig.suptitle(f"attention weights, first {n} tokens (rows: queries, columns: keys)\ncolour: each query's "
+                 "weights divided by its largest (1 = where that query looks most)", fontsize=11)
     return fig
 
 
 def plot_attention_maps(weights_per_layer, tokens, path, max_tokens: int = 32, pad_token: str | None = None,
-                        causal: bool = False, n_kv_heads: int | None = None) -> Path:
+                        n_kv_heads: int | None = None) -> Path:
     """Save the attention_figure grid (rows = query, columns = key) as a PNG; returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    attention_figure(weights_per_layer, tokens, max_tokens, pad_token, causal, n_kv_heads).savefig(path, dpi=100)
+    attention_figure(weights_per_layer, tokens, max_tokens, pad_token, n_kv_heads).savefig(path, dpi=100)
     return path
 
 
@@ -203,10 +202,9 @@ def figure_array(fig, max_width: int = LOGGED_WIDTH):
     return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
 
 
-def training_pictures(matrices: dict, maps, tokens, max_tokens: int = 32, causal: bool = False,
-                      n_kv_heads: int | None = None) -> dict:
+def training_pictures(matrices: dict, maps, tokens, max_tokens: int = 32, n_kv_heads: int | None = None) -> dict:
     """{name: image array} of one statistics pass for the loggers: the attention maps and LOGGED_STATS' heatmaps."""
-    images = {"attention_maps": figure_array(attention_figure(maps, tokens, max_tokens, None, causal, n_kv_heads))}
+    images = {"attention_maps": figure_array(attention_figure(maps, tokens, max_tokens, None, n_kv_heads))}
     for name in LOGGED_STATS:
         if name in matrices:
             images[f"stat_{name}"] = figure_array(stat_figure(matrices[name], name))
@@ -242,7 +240,7 @@ def attention_maps_from_checkpoint(run_dir, out_dir, checkpoint=None, max_tokens
     """Redraw the probe example's attention maps from a checkpoint of a run (default: the one it tested)."""
     maps, tokens, module = probe_example(run_dir, checkpoint)
     arch = module.arch
-    return plot_attention_maps(maps, tokens, Path(out_dir) / "attention_maps.png", max_tokens, causal=arch.causal,
+    return plot_attention_maps(maps, tokens, Path(out_dir) / "attention_maps.png", max_tokens,
                                n_kv_heads=arch.attention.n_kv_heads)
 
 
@@ -253,7 +251,7 @@ def attention_page_from_checkpoint(run_dir, out_dir, matrices: dict, checkpoint=
     maps, tokens, module = probe_example(run_dir, checkpoint)
     arch = module.arch
     return write_attention_page(Path(out_dir) / "attention.html", maps, tokens, matrices, f"attention of every head: "
-                                f"{Path(run_dir).name}", arch.causal, arch.attention.n_kv_heads)
+                                f"{Path(run_dir).name}", arch.attention.n_kv_heads)
 
 
 def run_cli(args) -> int:

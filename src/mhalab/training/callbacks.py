@@ -149,9 +149,8 @@ class HeadStatsCallback(L.Callback):
             from mhalab.analysis import plots
 
             maps, tokens = self.probe_maps()
-            arch = pl_module.arch
-            images = plots.training_pictures(self.stats, maps, tokens, self.cfg.max_plot_tokens, arch.causal,
-                                             arch.attention.n_kv_heads)
+            images = plots.training_pictures(self.stats, maps, tokens, self.cfg.max_plot_tokens,
+                                             pl_module.arch.attention.n_kv_heads)
             log_images(pl_module.loggers, images, step)
 
         self._guarded("pictures while training", draw)
@@ -197,11 +196,9 @@ class HeadStatsCallback(L.Callback):
         paths = plots.plot_stat_heatmaps(matrices, self.plot_dir, plots.drawn_stats(matrices, arch.causal))
         maps, tokens = self.probe_maps()
         paths.append(plots.plot_attention_maps(maps, tokens, self.plot_dir / "attention_maps.png",
-                                               self.cfg.max_plot_tokens, causal=arch.causal,
-                                               n_kv_heads=arch.attention.n_kv_heads))
+                                               self.cfg.max_plot_tokens, n_kv_heads=arch.attention.n_kv_heads))
         paths.append(write_attention_page(self.plot_dir / "attention.html", maps, tokens, matrices, "attention of "
-                                          f"every head: {self.plot_dir.parent.name}", arch.causal,
-                                          arch.attention.n_kv_heads))
+                                          f"every head: {self.plot_dir.parent.name}", arch.attention.n_kv_heads))
         self.plot_paths = paths
         from matplotlib.image import imread
 
