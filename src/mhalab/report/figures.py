@@ -184,8 +184,8 @@ def final(arms: list[Arm], metric: str, out: Path, levels: dict | None = None) -
         ax.errorbar([i + 0.3], [m], yerr=[[m - (lo if lo is not None else m)], [(hi if hi is not None else m) - m]],
                     fmt="s", color="black", capsize=4, label=f"mean and {INTERVAL}" if i == 0 else None)
     reference_lines(ax, levels, metric)
-    ax.set_xticks(range(len(arms)), [f"{short(a.label)}\n{short(a.chosen.label)}\n{len(a.chosen.runs)} runs"
-                                     for a in arms], fontsize=7)
+    ax.set_xticks(range(len(arms)), [short(a.label) + (f"\n{short(a.chosen.label)}" if a.chosen.label != "-" else "")
+                                     + f"\n{len(a.chosen.runs)} runs" for a in arms], fontsize=7)
     ax.set_ylabel(metric)
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
