@@ -101,7 +101,9 @@ def _plots(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", type=Path, default=None,
                    help="checkpoint for the attention maps (default: the one the run tested)")
     p.add_argument("--no-maps", action="store_true", help="only the statistic heatmaps, no checkpoint needed")
-    p.add_argument("--max-tokens", type=int, default=48, help="tokens shown in the attention maps (2-512)")
+    p.add_argument("--html", action="store_true",
+                   help="also attention.html: every head, interactive (hover a token), self-contained")
+    p.add_argument("--max-tokens", type=int, default=32, help="tokens shown in the attention maps (2-512)")
     _allow(p)
 
 

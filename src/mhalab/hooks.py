@@ -21,6 +21,7 @@ without hooks (one dict check): training keeps the fused sdpa kernel.
         logits = model(x)
     out, cache = run_with_cache(model, x, names_filter=lambda n: n.endswith("hook_pattern"))
     cache["pattern", 0][:, 3]                                           # (B, T, S): layer 0, head 3
+    cache["pattern", 0, "attn"], cache["attn", -1]                      # TL's other forms (ActivationCache)
 """
 
 from __future__ import annotations
@@ -136,16 +137,31 @@ def run_with_hooks(model: nn.Module, *args: Any, fwd_hooks=(), **kwargs: Any) ->
         return model(*args, **kwargs)
 
 
-class ActivationCache(dict):
-    """{hook name: tensor}, also indexed TransformerLens's way: cache["pattern", 0] is
-    cache["blocks.0.attn.hook_pattern"]; a point seen several times in one call (e.g. a hook point reached twice)
-    keeps the last."""
+# TransformerLens's other names of the attention hook points (its utils.get_act_name aliases)
+TL_ALIASES = {"attn": "pattern", "attn_logits": "attn_scores", "query": "q", "key": "k", "value": "v"}
 
-    def __getitem__(self, key: str | tuple[str, int]) -> Tensor:
+
+class ActivationCache(dict):
+    """{hook name: tensor}, also indexed TransformerLens's way: cache["pattern", 0], cache["pattern", 0, "attn"]
+    (TL's layer type: "attn" or "a", the only blocks with hook points here), TL's aliases ("attn" for "pattern",
+    "attn_logits" for "attn_scores", "query"/"key"/"value") and negative layers (cache["z", -1] is the last layer)
+    all name cache["blocks.0.attn.hook_pattern"] and its kin; a point seen several times in one call keeps the last.
+    """
+
+    def __getitem__(self, key: str | tuple) -> Tensor:
         if isinstance(key, tuple):
-            point, layer = key
-            key = act_name(point, layer)
+            key = self.name(*key)
         return super().__getitem__(key)
+
+    def name(self, point: str, layer: int | None = None, layer_type: str | None = None) -> str:
+        """The hook name of TL's index (point, layer[, layer_type])."""
+        if layer_type not in (None, "attn", "a"):
+            raise KeyError(f"layer type {layer_type!r}: mhalab's hook points are in the attention blocks only "
+                           "(layer type 'attn' or 'a')")
+        point = point.removeprefix("hook_")
+        if layer is not None and layer < 0:
+            layer += self.n_layers
+        return act_name(TL_ALIASES.get(point, point), layer)
 
     @property
     def n_layers(self) -> int:

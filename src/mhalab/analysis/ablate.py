@@ -277,33 +277,46 @@ def _md_table(rows: list[dict], cols: list[str]) -> str:
     return table.markdown()
 
 
-def plot_heatmaps(rows: list[dict], n_layers: int, n_heads: int, key: str, path: Path, n_ckpts: int = 1) -> None:
-    """Layer x head heatmaps of importance and of zero and mean ablation, each the mean over the checkpoints."""
+def plot_heatmaps(rows: list[dict], n_layers: int, n_heads: int, key: str, path: Path, n_ckpts: int = 1):
+    """Layer x head heatmaps of importance (0-1) and of zero and mean ablation, each the mean over the checkpoints;
+    both ablations share a symmetric scale fitted to their effects (clipped at 4 x the median |Δ| when a few heads
+    dwarf the rest; every cell's value is printed)."""
     over = f", mean of {n_ckpts} checkpoints" if n_ckpts > 1 else ""
     panels = [("importance", f"importance (Michel et al.){over}"),
               (f"zero_d{key}", f"zero ablation: Δ{key}{over}"), (f"mean_d{key}", f"mean ablation: Δ{key}{over}")]
-    fig = new_figure(figsize=(4.6 * len(panels), 0.6 * n_layers + 2.2))
-    for i, (col, title) in enumerate(panels):
-        ax = fig.add_subplot(1, len(panels), i + 1)
-        mat, count = torch.zeros(n_layers, n_heads), torch.zeros(n_layers, n_heads)
+    mats = {}
+    for col, _ in panels:
+        mat, count = torch.zeros(n_layers, n_heads), torch.zeros(n_layers, n_heads)  # (L, H)
         for r in rows:
             mat[r["layer"], r["index"]] += r[col]
             count[r["layer"], r["index"]] += 1
-        mat = mat / count.clamp(min=1)
-        lim = mat.abs().max().item() or 1.0
-        scale = {"vmin": 0.0, "vmax": 1.0} if col == "importance" else {"vmin": -lim, "vmax": lim}
-        im = ax.imshow(mat.numpy(), cmap="viridis" if col == "importance" else "coolwarm", aspect="auto", **scale)
+        mats[col] = mat / count.clamp(min=1)
+    effects = torch.cat([mats[col].flatten() for col, _ in panels[1:]]).abs()
+    top = effects.max().item()
+    typical = effects.median().item()
+    lim = (min(top, 4 * typical) if typical > 0 else top) or 1e-6  # clipped when a few heads dwarf the rest
+    fig = new_figure(figsize=(4.6 * len(panels), 0.6 * n_layers + 2.4))
+    for i, (col, title) in enumerate(panels):
+        ax = fig.add_subplot(1, len(panels), i + 1)
+        mat = mats[col]
+        if col == "importance":
+            im = ax.imshow(mat.numpy(), cmap="viridis", aspect="auto", vmin=0.0, vmax=1.0)
+        else:
+            im = ax.imshow(mat.numpy(), cmap="coolwarm", aspect="auto", vmin=-lim, vmax=lim)
+            title += f"\ncolour ±{lim:.2g}" + (" (clipped: a few heads go beyond)" if top > lim * 1.0001 else "")
         for l in range(n_layers):
             for h in range(n_heads):
-                ax.text(h, l, f"{mat[l, h].item():.3g}", ha="center", va="center", fontsize=6)
+                ax.text(h, l, f"{mat[l, h].item():.3g}", ha="center", va="center", fontsize=7)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
         ax.set_xticks(range(n_heads))
         ax.set_yticks(range(n_layers))
-        ax.set_title(title, fontsize=9)
-        fig.colorbar(im, ax=ax, fraction=0.046)
+        ax.set_title(title, fontsize=10)
+        fig.colorbar(im, ax=ax, fraction=0.046, extend="neither" if col == "importance" or top <= lim * 1.0001
+                     else "both")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    return fig
 
 
 def plot_pruning(agg: list[dict], key: str, path: Path, title: str, n_seeds: int, n_random: int) -> None:

@@ -215,26 +215,33 @@ def summarise(rows: list[dict[str, Any]], key: str, margin: float | None = None)
     return table, comparisons
 
 
-def plot_conversion(table: list[dict], key: str, path: Path, g: int, task: str) -> None:
-    fig = new_figure(figsize=(9, 4.2))
+def plot_conversion(table: list[dict], key: str, path: Path, g: int, task: str):
+    """Each arm's mean (a dot, its value printed) on an axis fitted to the arms, with its 95% interval over source
+    seeds where there are at least two (none is drawn from one source run)."""
+    fig = new_figure(figsize=(9, 4.4))
     ax = fig.add_subplot()
     labels = [f"{r['arm']}\n{r['init']} {r['stage']}" if r["init"] != "-" else f"{r['arm']}\n{r['stage']}"
               for r in table]
     colors = ["C0" if "source" in r["arm"] else "C3" if "before" in r["stage"] else "C2" if "after" in r["stage"]
               else "C7" for r in table]
-    ys = [r[key] for r in table]
-    err = [[y - (r["ci95_low"] if r["ci95_low"] is not None else y) for y, r in zip(ys, table)],
-           [(r["ci95_high"] if r["ci95_high"] is not None else y) - y for y, r in zip(ys, table)]]
-    ax.bar(range(len(table)), ys, yerr=err, capsize=3, color=colors)
-    for i, y in enumerate(ys):
-        ax.text(i, y, f"{y:.3f}", ha="center", va="bottom", fontsize=7)
+    for i, (r, color) in enumerate(zip(table, colors)):
+        y, lo, hi = r[key], r["ci95_low"], r["ci95_high"]
+        shown = r["n"] >= 2 and lo is not None and hi is not None
+        ax.errorbar([i], [y], yerr=[[y - lo], [hi - y]] if shown else None, fmt="o", capsize=4, color=color, ms=7)
+        ax.annotate(f"{y:.4g}", (i, y), textcoords="offset points", xytext=(6, 0), fontsize=7, va="center")
     ax.set_xticks(range(len(table)))
     ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=6)
+    ax.set_xlim(-0.5, len(table) - 0.3)
+    ax.grid(alpha=0.3, axis="y")
     ax.set_ylabel(key + (" (lower is better)" if lower_is_better(key) else " (higher is better)"))
-    ax.set_title(f"{task}: MHA -> GQA-{g} (mean and 95% CI over source seeds; red: converted, green: uptrained)",
-                 fontsize=8)
+    n = sorted({r["n"] for r in table})
+    what = ("one source run: no interval" if n == [1] else
+            f"mean and 95% interval over {'/'.join(map(str, n))} source seeds (none from one run)")
+    ax.set_title(f"{task}: MHA -> GQA-{g} ({what})\nblue: source, red: converted, green: uptrained, grey: controls",
+                 fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    return fig
 
 
 def convert(checkpoints: list[Path], n_kv_heads: int, inits: list[str] | None = None, uptrain_fraction: float = 0.05,

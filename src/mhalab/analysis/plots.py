@@ -2,8 +2,9 @@
 
 Figures are built as `matplotlib.figure.Figure` objects and saved with the Agg canvas: no pyplot state, no
 display and no global backend switch (safe to import from a notebook).
-CLI: `mhalab plots <run_dir> [--out DIR]` redraws a run's pictures into a new folder (default
-<run_dir>/plots-redrawn-<time>): the heatmaps from its summary.json, the attention maps from its checkpoint.
+CLI: `mhalab plots <run_dir> [--out DIR] [--html]` redraws a run's pictures into a new folder (default
+<run_dir>/plots-redrawn-<time>): the heatmaps from its summary.json, the attention maps from its checkpoint, and
+with --html the interactive page of every head (attention.html, mhalab.analysis.interactive).
 """
 
 from datetime import datetime
@@ -25,88 +26,152 @@ def new_figure(**kwargs):
     return fig
 
 
-# stats that live in [0, 1] share a fixed colour scale
-_UNIT_STATS = {"entropy_norm", "confidence", "first_token", "self", "prev", "next"}
+# stats in [0, 1] (masses, scores, importance normalised per layer) share a fixed 0-1 colour scale; the others
+# start at 0 and carry their unit
+_UNIT_STATS = {"entropy_norm", "confidence", "first_token", "self", "prev", "next", "prev_token_score",
+               "duplicate_token_score", "induction_score", "importance"}
+_UNITS = {"entropy": "nats", "distance": "tokens", "argmax_distance": "tokens"}
+_TITLES = {"importance": "importance E|dL/d gate|, normalised per layer",
+           "distance": "expected distance |i - j|", "argmax_distance": "distance to the largest weight"}
+MAX_COLUMNS = 4  # panels per row of an attention-map grid
 
 
-def attention_figure(weights_per_layer, tokens, max_tokens: int = 48, pad_token: str | None = None):
-    """Grid of attention maps for one example: layers as rows, heads as columns, panels titled L{l}H{h}.
+def token_text(token, width: int = 6) -> str:
+    """A token as a tick label: whitespace made visible (space ␣, newline ⏎, tab ⇥), cut to `width` characters."""
+    text = str(token).replace(" ", "\u2423").replace("\n", "\u23ce").replace("\t", "\u21e5").replace("\r", "")
+    return text if len(text) <= width else text[:width - 1] + "\u2026"
+
+
+def head_rows(n_heads: int, n_kv_heads: int | None = None, max_columns: int = MAX_COLUMNS) -> list[tuple[str, list]]:
+    """The rows of one layer's grid: (label, query heads). GQA/MQA (n_kv_heads < n_heads): one row (or more, at
+    most `max_columns` heads each) per key-value group, labelled 'KV head g'; MHA: the heads in rows of max_columns."""
+    from mhalab.heads import kv_head_of
+
+    if not n_kv_heads or n_kv_heads == n_heads:
+        groups = [("", list(range(n_heads)))]
+    else:
+        groups = [(f"KV head {g}", [h for h in range(n_heads) if kv_head_of(h, n_heads, n_kv_heads) == g])
+                  for g in range(n_kv_heads)]
+    return [(label, heads[i:i + max_columns]) for label, heads in groups for i in range(0, len(heads), max_columns)]
+
+
+def attention_figure(weights_per_layer, tokens, max_tokens: int = 32, pad_token: str | None = None,
+                     n_kv_heads: int | None = None):
+    """Grid of attention maps for one example, a panel per head titled L{l}H{h}, every token labelled.
 
     weights_per_layer: one (H, T, T) tensor per layer. tokens: T strings; positions whose token equals
-    `pad_token`, and positions past len(tokens), are dropped, then the first `max_tokens` are kept.
+    `pad_token`, and positions past len(tokens), are dropped, then the first `max_tokens` are kept. Each layer's
+    heads fill rows of at most MAX_COLUMNS; with n_kv_heads < H a row holds one key-value group (labelled).
+    Colour: each query row divided by its largest weight (1 = where that query looks most), on one 0-1 scale for
+    all panels: a raw 0-1 scale is saturated by the first rows of a causal model, which have few keys to share.
     """
     import torch
 
     if not weights_per_layer:
         raise ValueError("weights_per_layer is empty")
     keep = [i for i, t in enumerate(tokens) if pad_token is None or t != pad_token][:max_tokens]
-    labels = [str(tokens[i]) for i in keep]
+    labels = [token_text(tokens[i]) for i in keep]
     idx = torch.tensor(keep, dtype=torch.long)
-    n_layers, n_heads = len(weights_per_layer), weights_per_layer[0].shape[0]
+    n_heads = weights_per_layer[0].shape[0]
+    rows = [(layer, label, heads) for layer in range(len(weights_per_layer))
+            for label, heads in head_rows(n_heads, n_kv_heads)]
+    n_cols = max(len(heads) for _, _, heads in rows)
     n = len(keep)
-    panel = min(4.5, max(2.5, 0.09 * n))  # inches per panel
-    font = max(3.0, min(8.0, 300.0 / max(n, 1)))
-    fig = new_figure(figsize=(panel * n_heads + 1.0, panel * n_layers + 0.6))
-    axes = fig.subplots(n_layers, n_heads, squeeze=False)
-    fig.subplots_adjust(left=0.04, right=0.99, bottom=0.09, top=0.92, wspace=0.12, hspace=0.22)  # (constrained layout: +0.5 s)
-    for layer, w in enumerate(weights_per_layer):
-        w = w.detach().float().cpu()[:, idx][:, :, idx]  # (H, n, n)
-        for h in range(n_heads):
-            ax = axes[layer, h]
-            # each panel on its own scale, 0 to its largest weight (as seaborn's heatmap does by default): near-
-            # uniform heads over long sequences have small weights everywhere and would vanish on a shared 0-1 scale.
-            # imshow, not sns.heatmap: seaborn redraws the whole figure per panel to check tick labels (6 s for 8).
-            vmax = max(float(w[h].max()), 1e-6)
-            image = ax.imshow(w[h].numpy(), vmin=0.0, vmax=vmax, cmap="viridis", interpolation="nearest")
-            shown = tick_positions(n, panel)
-            ax.set_xticks(shown, [labels[i] for i in shown], rotation=90)
-            ax.set_yticks(shown, [labels[i] for i in shown])
-            colorbar = fig.colorbar(image, ax=ax, shrink=0.6, pad=0.02)
-            colorbar.ax.tick_params(labelsize=6)
-            ax.set_title(f"L{layer}H{h} (max {vmax:.2g})", fontsize=10)
-            ax.tick_params(labelsize=font, length=0)
-            ax.set_xlabel("key" if layer == n_layers - 1 else "")
-            ax.set_ylabel("query" if h == 0 else "")
-    fig.suptitle(f"attention weights, first {n} tokens (rows: queries, columns: keys; colour: weight)")
+    panel = max(1.6, 0.13 * n)  # inches of map per panel: 0.13 in per token, room for a 7-point label each
+    # constrained layout (+0.5 s) keeps every panel's colour bar and labels from overlapping at any size
+    fig = new_figure(figsize=(n_cols * (panel + 0.6) + 1.0, len(rows) * (panel + 0.9) + 0.5), layout="constrained")
+    axes = fig.subplots(len(rows), n_cols, squeeze=False)
+    image = None
+    for r, (layer, group, heads) in enumerate(rows):
+        w = weights_per_layer[layer].detach().float().cpu()[:, idx][:, :, idx]  # (H, n, n)
+        w = w / w.amax(-1, keepdim=True).clamp_min(1e-9)  # (H, n, n): each row over its largest weight
+        for c in range(n_cols):
+            ax = axes[r, c]
+            if c >= len(heads):
+                ax.set_axis_off()
+                continue
+            h = heads[c]
+            # imshow, not sns.heatmap: seaborn redraws the whole figure per panel to check tick labels (6 s for 8)
+            image = ax.imshow(w[h].numpy(), vmin=0.0, vmax=1.0, cmap="viridis", interpolation="nearest")
+            ax.set_xticks(range(n), labels, rotation=90, fontsize=7)
+            ax.set_yticks(range(n), labels, fontsize=7)
+            ax.tick_params(length=0, pad=1)
+            ax.set_title(f"L{layer}H{h}" + (f" ({group})" if group else ""), fontsize=11, pad=3)
+            if c == 0:
+                ax.set_ylabel("query", fontsize=8)
+            if r == len(rows) - 1 or c >= len(rows[r + 1][2]):
+                ax.set_xlabel("key", fontsize=8)
+    colorbar = fig.colorbar(image, ax=axes, shrink=min(0.8, 3.0 / len(rows) + 0.2), aspect=30, pad=0.01)
+    colorbar.set_label("weight / the row's largest weight", fontsize=9)
+    fig.suptitle(f"attention weights, first {n} tokens (rows: queries, columns: keys)\ncolour: each query's "
+                 "weights divided by its largest (1 = where that query looks most)", fontsize=11)
     return fig
 
 
-def tick_positions(n: int, inches: float, per_inch: float = 9.0) -> list[int]:
-    """Every k-th of n positions, k chosen so at most `per_inch` labels share an inch of axis (none overlap)."""
-    step = max(1, -(-n // max(1, int(inches * per_inch))))
-    return list(range(0, n, step))
-
-
-def plot_attention_maps(weights_per_layer, tokens, path, max_tokens: int = 48, pad_token: str | None = None) -> Path:
+def plot_attention_maps(weights_per_layer, tokens, path, max_tokens: int = 32, pad_token: str | None = None,
+                        n_kv_heads: int | None = None) -> Path:
     """Save the attention_figure grid (rows = query, columns = key) as a PNG; returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    attention_figure(weights_per_layer, tokens, max_tokens, pad_token).savefig(path, dpi=100)
+    attention_figure(weights_per_layer, tokens, max_tokens, pad_token, n_kv_heads).savefig(path, dpi=100)
     return path
 
 
+def cell_decimals(m) -> int:
+    """Decimals that tell a heatmap's cells apart: 2, or more (up to 4) when their values are closer than 0.01."""
+    import numpy as np
+
+    values = np.unique(np.round(m[np.isfinite(m)], 6))
+    if len(values) < 2:
+        return 2
+    gap = float(np.min(np.diff(values)))
+    return int(min(4, max(2, np.ceil(-np.log10(gap)))))
+
+
+def stat_scale(stat: str, m) -> tuple[float, float, str]:
+    """(low, high, what the colour bar says) of a statistic's heatmap: 0-1 for masses, scores and importance; from
+    0 to the largest value, with its unit, otherwise."""
+    import numpy as np
+
+    if stat in _UNIT_STATS:
+        return 0.0, 1.0, "fixed scale 0-1"
+    high = float(np.nanmax(m)) if np.isfinite(m).any() else 1.0
+    low = min(0.0, float(np.nanmin(m)))
+    unit = _UNITS.get(stat)
+    return low, high if high > low else low + 1.0, f"{unit}, from 0" if unit else "from 0"
+
+
 def stat_figure(matrix, stat: str):
-    """Annotated layer x head heatmap of one statistic, a (n_layers, n_heads) tensor (rows L0.., columns H0..)."""
+    """Annotated layer x head heatmap of one statistic, a (n_layers, n_heads) tensor (rows L0.., columns H0..), on
+    the statistic's fixed scale (stat_scale), each cell's value printed to the decimals that tell cells apart."""
     import numpy as np
 
     m = matrix.detach().float().cpu().numpy() if hasattr(matrix, "detach") else np.asarray(matrix, dtype=float)
     n_layers, n_heads = m.shape
-    fig = new_figure(figsize=(max(3.2, 1.6 + 0.7 * n_heads), 1.3 + 0.5 * n_layers), layout="constrained")
+    fig = new_figure(figsize=(max(3.6, 1.9 + 0.75 * n_heads), 1.5 + 0.5 * n_layers), layout="constrained")
     ax = fig.subplots()
-    unit = stat in _UNIT_STATS or stat == "importance"  # importance is normalised per layer: within [0, 1]
-    cmap = "magma" if stat == "importance" else "viridis"
-    lo, hi = (0.0, 1.0) if unit else (float(np.nanmin(m)), float(np.nanmax(m)))
-    image = ax.imshow(m, cmap=cmap, vmin=lo, vmax=hi if hi > lo else lo + 1e-9, aspect="auto")
-    fig.colorbar(image, ax=ax).formatter.set_useOffset(False)
+    lo, hi, scale = stat_scale(stat, m)
+    image = ax.imshow(m, cmap="magma" if stat == "importance" else "viridis", vmin=lo, vmax=hi, aspect="auto")
+    colorbar = fig.colorbar(image, ax=ax)
+    colorbar.formatter.set_useOffset(False)
+    colorbar.set_label(scale, fontsize=8)
+    colorbar.ax.tick_params(labelsize=8)
+    decimals = cell_decimals(m)
     for (layer, head), value in np.ndenumerate(m):  # annotate each cell, dark text on light cells
-        light = (value - lo) / ((hi - lo) or 1.0) > 0.6
-        ax.text(head, layer, f"{value:.2f}", ha="center", va="center", fontsize=7, color="black" if light else "white")
-    ax.set_xticks(range(n_heads), [f"H{h}" for h in range(n_heads)])
-    ax.set_yticks(range(n_layers), [f"L{i}" for i in range(n_layers)])
-    ax.set_xlabel("head")
-    ax.set_ylabel("layer")
-    ax.set_title("importance E|dL/d gate|\nnormalised per layer" if stat == "importance" else stat, fontsize=8)
+        light = (value - lo) / (hi - lo) > 0.6
+        ax.text(head, layer, f"{value:.{decimals}f}", ha="center", va="center", fontsize=7,
+                color="black" if light else "white")
+    ax.set_xticks(range(n_heads), [f"H{h}" for h in range(n_heads)], fontsize=8)
+    ax.set_yticks(range(n_layers), [f"L{i}" for i in range(n_layers)], fontsize=8)
+    ax.set_xlabel("head", fontsize=8)
+    ax.set_ylabel("layer", fontsize=8)
+    ax.set_title(_TITLES.get(stat, stat) + (f" ({_UNITS[stat]})" if stat in _UNITS else ""), fontsize=11)
     return fig
+
+
+def drawn_stats(matrices: dict, causal: bool) -> list[str]:
+    """The statistics worth a picture: all but `next` in a causal model (a query never sees the next key: 0)."""
+    return [name for name in matrices if not (causal and name == "next")]
 
 
 def plot_stat_heatmaps(matrices: dict, out_dir, stats=None) -> list[Path]:
@@ -124,6 +189,28 @@ def plot_stat_heatmaps(matrices: dict, out_dir, stats=None) -> list[Path]:
     return paths
 
 
+LOGGED_WIDTH = 1200  # pixels, at most, of a picture sent to a logger while training
+LOGGED_STATS = ("entropy_norm", "prev", "first_token", "induction_score")  # heatmaps sent while training
+
+
+def figure_array(fig, max_width: int = LOGGED_WIDTH):
+    """A figure rendered to a (height, width, 3) uint8 array at most max_width pixels wide (at most 100 dpi)."""
+    import numpy as np
+
+    fig.set_dpi(min(100.0, max_width / fig.get_figwidth()))
+    fig.canvas.draw()
+    return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
+
+
+def training_pictures(matrices: dict, maps, tokens, max_tokens: int = 32, n_kv_heads: int | None = None) -> dict:
+    """{name: image array} of one statistics pass for the loggers: the attention maps and LOGGED_STATS' heatmaps."""
+    images = {"attention_maps": figure_array(attention_figure(maps, tokens, max_tokens, None, n_kv_heads))}
+    for name in LOGGED_STATS:
+        if name in matrices:
+            images[f"stat_{name}"] = figure_array(stat_figure(matrices[name], name))
+    return images
+
+
 def summary_matrices(summary) -> dict:
     """{stat: (n_layers, n_heads) tensor} of a RunSummary: its head statistics and (as "importance") importance."""
     from mhalab.runs.summary import head_matrix
@@ -134,11 +221,9 @@ def summary_matrices(summary) -> dict:
     return matrices
 
 
-def attention_maps_from_checkpoint(run_dir, out_dir, checkpoint=None, max_tokens: int = 48) -> Path:
-    """Redraw the probe example's attention maps from a checkpoint of a run (default: the one it tested).
-
-    The data task comes from the run's summary.json; the checkpoint is loaded with weights_only=True.
-    """
+def probe_example(run_dir, checkpoint=None):
+    """(weights n_layers x (H, T, T), T tokens, the module) of the probe batch's first example under a checkpoint of
+    a run (default: the one it tested), padding left out. The checkpoint is loaded with weights_only=True."""
     from mhalab.analysis.head_stats import attention_patterns
     from mhalab.analysis.run import open_run
 
@@ -148,12 +233,30 @@ def attention_maps_from_checkpoint(run_dir, out_dir, checkpoint=None, max_tokens
     attentions = attention_patterns(module, probe)  # n_layers x (B, H, T, T)
     n_valid = int((~probe["padding_mask"][0]).sum())
     tokens = dm.decode(probe["input_ids"][0, :n_valid].tolist())
-    maps = [w[0, :, :n_valid, :n_valid] for w in attentions]
-    return plot_attention_maps(maps, tokens, Path(out_dir) / "attention_maps.png", max_tokens=max_tokens)
+    return [w[0, :, :n_valid, :n_valid] for w in attentions], tokens, module  # n_layers x (H, T, T)
+
+
+def attention_maps_from_checkpoint(run_dir, out_dir, checkpoint=None, max_tokens: int = 32) -> Path:
+    """Redraw the probe example's attention maps from a checkpoint of a run (default: the one it tested)."""
+    maps, tokens, module = probe_example(run_dir, checkpoint)
+    arch = module.arch
+    return plot_attention_maps(maps, tokens, Path(out_dir) / "attention_maps.png", max_tokens,
+                               n_kv_heads=arch.attention.n_kv_heads)
+
+
+def attention_page_from_checkpoint(run_dir, out_dir, matrices: dict, checkpoint=None) -> Path:
+    """The interactive page of every head (mhalab.analysis.interactive) of the probe example, as attention.html."""
+    from mhalab.analysis.interactive import write_attention_page
+
+    maps, tokens, module = probe_example(run_dir, checkpoint)
+    arch = module.arch
+    return write_attention_page(Path(out_dir) / "attention.html", maps, tokens, matrices, f"attention of every head: "
+                                f"{Path(run_dir).name}", arch.attention.n_kv_heads)
 
 
 def run_cli(args) -> int:
-    """`mhalab plots`: the heatmaps from summary.json and, unless --no-maps, the attention maps, in a new folder."""
+    """`mhalab plots`: the heatmaps from summary.json and, unless --no-maps, the attention maps, and with --html the
+    interactive page of every head, in a new folder."""
     from mhalab.checks import check_int
     from mhalab.config.writes import check_links
     from mhalab.runs.summary import read_summary
@@ -171,11 +274,15 @@ def run_cli(args) -> int:
 
     matrices = summary_matrices(summary)
     # the attention maps first: they read the run's checkpoint and rebuild its data, which may be refused
-    pictures = ([] if args.no_maps else ["attention maps"]) + [f"heatmap of {name}" for name in matrices]
+    pictures = ([] if args.no_maps else ["attention maps"])
+    pictures += [f"heatmap of {name}" for name in drawn_stats(matrices, summary.objective == "clm")]
+    pictures += ["interactive page"] if args.html else []
     paths = []
     for picture in each_with_progress("plots", pictures, "picture"):  # a line on stderr as each one starts
         if picture == "attention maps":
             paths.append(attention_maps_from_checkpoint(args.run_dir, out, args.checkpoint, args.max_tokens))
+        elif picture == "interactive page":
+            paths.append(attention_page_from_checkpoint(args.run_dir, out, matrices, args.checkpoint))
         else:
             paths += plot_stat_heatmaps(matrices, out, stats=[picture.removeprefix("heatmap of ")])
     paths.append(write_head_table(summary, out / "head_stats.md", args.run_dir))

@@ -75,7 +75,8 @@ class StatsConfig:
     importance: bool = True  # head importance (Michel et al. 2019) at the end of training
     importance_batches: int = 8  # validation batches whose examples importance averages over
     plots: bool = True  # attention maps and layer x head heatmaps in <run_dir>/plots
-    max_plot_tokens: int = 48  # tokens shown in the attention maps
+    max_plot_tokens: int = 32  # tokens shown in the attention maps, each labelled
+    picture_passes: int = 10  # statistics passes whose pictures go to TensorBoard/wandb while training (0 = none)
     detector_len: int = 16  # head detectors on random tokens repeated once: 2 x this many (0 = off)
     extra: Dict[str, Any] = field(default_factory=dict)  # name -> {_target_: your statistic class, ...}
 
@@ -84,6 +85,7 @@ class StatsConfig:
         check_int("stats.probe_size", self.probe_size, 1, 4096)
         check_int("stats.importance_batches", self.importance_batches, 1)
         check_int("stats.max_plot_tokens", self.max_plot_tokens, 2, 512)
+        check_int("stats.picture_passes", self.picture_passes, 0, 1000)
         check_int("stats.detector_len", self.detector_len, 0, 2048)
         for name, stat in (self.extra or {}).items():  # clashes with built-in names: HeadStatsCallback
             if not (isinstance(name, str) and name.isidentifier()):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,8 @@ def report(dirs: list[str | Path], out: str | Path | None = None, metric: str | 
     sections = document(arms, comparisons, failed, m, dirs, baseline)
     md = markdown(sections, pictures, out)
     (out / "report.md").write_text(md)
-    (out / "report.html").write_text(page(sections, pictures))
+    views = [r.dir / "plots" / "attention.html" for a in arms for r in a.chosen.runs]
+    (out / "report.html").write_text(page(sections, pictures, [v for v in views if v.is_file()], out))
     (out / "failed.json").write_text(json_text(failed))
     result = {"arms": arms, "comparisons": comparisons, "failed": failed, "metric": m, "out": out,
               "plots": pictures, "markdown": md}
@@ -259,8 +261,9 @@ PAGE_STYLE = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em
               "code{background:#f5f5f5;padding:0 3px}")
 
 
-def page(sections, pictures: list[Path]) -> str:
-    """One self-contained HTML page: the same sections, every picture inline."""
+def page(sections, pictures: list[Path], views: list[Path] = (), out: Path | None = None) -> str:
+    """One self-contained HTML page: the same sections, every picture inline, and links to the runs' interactive
+    attention pages (`views`, relative to `out` where the report is written)."""
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>mhalab report</title>"
              f"<style>{PAGE_STYLE}</style></head><body>"]
     for head, body in sections:
@@ -274,6 +277,13 @@ def page(sections, pictures: list[Path]) -> str:
     for p in pictures:
         data = base64.b64encode(p.read_bytes()).decode()
         parts.append(f"<h3>{html.escape(p.stem)}</h3><img alt='{html.escape(p.stem)}' src='data:image/png;base64,{data}'>")
+    if views:
+        parts.append("<h3>every head, interactive (hover a token)</h3><ul>")
+        for v in views:
+            href = os.path.relpath(v, out) if out is not None else str(v)
+            parts.append(f"<li><a href='{html.escape(Path(href).as_posix())}'>{html.escape(v.parent.parent.name)}</a>"
+                         "</li>")
+        parts.append("</ul>")
     parts.append("</body></html>")
     return "\n".join(parts)
 

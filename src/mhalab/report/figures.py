@@ -17,6 +17,27 @@ def short(label: str) -> str:
                                                                           else "") for part in label.split(","))
 
 
+# what comparison.mean_ci draws (the report's interval of one arm's mean), named on every figure that shows it
+INTERVAL = getattr(inf, "MEAN_CI_NAME", "95% percentile-bootstrap interval of the mean")
+
+
+def arm_name(a: Arm) -> str:
+    """An arm in a legend: its short label, and its chosen cell's when a key was tuned."""
+    cell = a.chosen.label
+    return short(a.label) + (f" ({short(cell)})" if cell != "-" else "")
+
+
+def reference_lines(ax, levels: dict | None, metric: str) -> None:
+    """The task's reference levels of `metric` (chance, majority, ...: summary.json's baselines) as labelled
+    dotted lines; their labels go to the axis' legend."""
+    styles = [":", "-.", (0, (1, 3)), (0, (5, 2))]
+    shown = [(name, value) for name, value in (levels or {}).items()
+             if value is not None and name.endswith(metric.rsplit("/", 1)[-1])]
+    for i, (name, value) in enumerate(shown):
+        ax.axhline(value, color="grey", ls=styles[i % len(styles)], lw=1.2,
+                   label=f"{name.replace('_', ' ')}: {value:.3g}")
+
+
 def _fig(w: float, h: float):
     from mhalab.analysis.plots import new_figure
 
@@ -60,7 +81,7 @@ def tuning(arms: list[Arm], metric: str, out: Path) -> Path | None:
         ax = axes[-1]
         means = [inf.mean_ci([v for v in c.values() if v is not None]) for c in cells]
         ax.errorbar(xs, [m[0] for m in means], yerr=_err(means), marker="o", capsize=3, color=colors[a.label],
-                    label=a.label)
+                    label=short(a.label))
         ax.plot([chosen_x], [means[cells.index(a.chosen)][0]], "o", ms=13, mfc="none", color=colors[a.label])
         if has_rate:
             rates = [inf.rate(*c.rate()) for c in cells]
@@ -72,7 +93,7 @@ def tuning(arms: list[Arm], metric: str, out: Path) -> Path | None:
         ax.set_xscale("log")
         ax.set_xlabel(name)
         ax.grid(alpha=0.3)
-    axes[-1].set_ylabel(f"final {metric}: mean, 95% interval")
+    axes[-1].set_ylabel(f"final {metric}: mean and\n{INTERVAL} (runs <2: none)", fontsize=8)
     if has_rate:
         axes[0].set_ylabel(f"runs reaching {metric} {arms[0].chosen.threshold():g} (95% CP)")
         axes[0].set_ylim(-0.05, 1.05)
@@ -97,7 +118,7 @@ def curves(arms: list[Arm], metric: str, out: Path) -> Path | None:
             steps = sorted({s for r in runs for s in r.summary.history["step"]})
             grid = np.array([[_carry(r.summary.history, metric, s) for s in steps] for r in runs])
             ax.plot(steps, np.median(grid, axis=0), color=colors[a.label], lw=2.2,
-                    label=f"{a.label} ({a.chosen.label}), median of {len(runs)}")
+                    label=f"{arm_name(a)}: median of {len(runs)} run{'s' * (len(runs) != 1)}")
             drawn = True
     if not drawn:
         return None
@@ -133,7 +154,7 @@ def reached(arms: list[Arm], out: Path) -> Path | None:
         km = a.chosen.km()
         budget = max(r.steps() for r in a.chosen.runs)
         xs, ys = km["steps"] + [budget], [1 - s for s in km["survival"]] + [1 - km["survival"][-1]]
-        ax.step(xs, ys, where="post", color=colors[a.label], lw=2, label=f"{a.label}: median {_med(km)}")
+        ax.step(xs, ys, where="post", color=colors[a.label], lw=2, label=f"{arm_name(a)}: median {_med(km)}")
     ax.set_ylim(-0.03, 1.03)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("fraction of runs that reached the threshold")
@@ -148,7 +169,8 @@ def _med(km: dict) -> str:
 
 
 def final(arms: list[Arm], metric: str, out: Path, levels: dict | None = None) -> Path:
-    """The final metric of every run (dots) with each arm's mean and 95% interval, at the chosen cells."""
+    """The final metric of every run (dots) with each arm's mean and its interval (comparison.mean_ci; none with
+    fewer than 2 runs), at the chosen cells; the task's reference levels as labelled lines."""
     colors = _colors(arms)
     fig = _fig(max(6.0, 1.3 * len(arms) + 3), 4.2)
     ax = fig.add_subplot()
@@ -160,15 +182,15 @@ def final(arms: list[Arm], metric: str, out: Path, levels: dict | None = None) -
         ax.plot(jitter, vals, "o", color=colors[a.label], alpha=0.45, ms=5)
         m, lo, hi = inf.mean_ci(vals)
         ax.errorbar([i + 0.3], [m], yerr=[[m - (lo if lo is not None else m)], [(hi if hi is not None else m) - m]],
-                    fmt="s", color="black", capsize=4)
-    for name, value in (levels or {}).items():
-        if name.endswith(metric.rsplit("/", 1)[-1]) and value is not None:
-            ax.axhline(value, color="grey", ls=":", lw=1)
-            ax.annotate(name, (len(arms) - 0.5, value), fontsize=7, color="grey", va="bottom", ha="right")
-    ax.set_xticks(range(len(arms)), [f"{short(a.label)}\n{short(a.chosen.label)}" for a in arms], fontsize=7)
+                    fmt="s", color="black", capsize=4, label=f"mean and {INTERVAL}" if i == 0 else None)
+    reference_lines(ax, levels, metric)
+    ax.set_xticks(range(len(arms)), [short(a.label) + (f"\n{short(a.chosen.label)}" if a.chosen.label != "-" else "")
+                                     + f"\n{len(a.chosen.runs)} runs" for a in arms], fontsize=7)
     ax.set_ylabel(metric)
     ax.grid(alpha=0.3, axis="y")
-    ax.set_title("every run (dots) and the arm's mean with its 95% interval (squares)", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    ax.set_title("every run (dots) and the arm's mean (squares; bars: the interval, none for a single run)",
+                 fontsize=9)
     return _save(fig, out / "final.png")
 
 
@@ -191,13 +213,14 @@ def heads(arms: list[Arm], out: Path) -> Path | None:
                 m, lo, hi = stats[a.label][name]
                 ax.errorbar([i], [m], yerr=[[m - (lo if lo is not None else m)], [(hi if hi is not None else m) - m]],
                             fmt="o", capsize=4, color=colors[a.label])
-        ax.set_xticks(range(len(arms)), [short(a.label) for a in arms], rotation=30, ha="right", fontsize=7)
+        ax.set_xticks(range(len(arms)), [f"{short(a.label)} ({len(a.chosen.runs)})" for a in arms], rotation=30,
+                      ha="right", fontsize=7)
         ax.set_xlim(-0.5, len(arms) - 0.5)
         ax.yaxis.set_major_locator(MaxNLocator(5))
         ax.set_title(name, fontsize=9)
         ax.grid(alpha=0.3, axis="y")
-    fig.suptitle("head statistics at the end of training (mean over layers and heads; 95% interval over runs)",
-                 fontsize=9)
+    fig.suptitle(f"head statistics at the end of training: each arm's mean over runs of the mean over layers and "
+                 f"heads,\nwith the {INTERVAL} over runs (none for a single run)", fontsize=9)
     return _save(fig, out / "heads.png")
 
 

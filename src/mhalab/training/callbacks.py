@@ -66,6 +66,7 @@ class HeadStatsCallback(L.Callback):
         self.attentions: list[Tensor] = []  # latest probe weights, n_layers x (B, H, T, T)
         self.importance: Tensor | None = None  # (n_layers, n_heads)
         self.plot_paths: list[Path] = []
+        self._next = 0  # the first step whose statistics pass sends pictures to the loggers
         self.errors: list[str] = []
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -129,10 +130,32 @@ class HeadStatsCallback(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.cfg.enabled and trainer.global_step % self.cfg.every_n_steps == 0 and trainer.is_global_zero:
             self.update(pl_module)
+            self.log_pictures(trainer, pl_module)
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if self.cfg.enabled and not trainer.sanity_checking and trainer.is_global_zero and trainer.state.fn == "fit":
             self.update(pl_module)
+            self.log_pictures(trainer, pl_module)
+
+    def log_pictures(self, trainer, pl_module) -> None:
+        """The attention maps and a few heatmaps of this statistics pass, to the loggers that take images, so heads
+        can be watched forming: at most `stats.picture_passes` passes a run, spread over its steps, each picture at
+        most plots.LOGGED_WIDTH pixels wide. Never fatal."""
+        step, total = trainer.global_step, trainer.estimated_stepping_batches
+        if not (self.cfg.plots and self.cfg.picture_passes and image_loggers(pl_module.loggers)) or step < self._next:
+            return
+        spacing = max(self.cfg.every_n_steps, int(total // self.cfg.picture_passes) if math.isfinite(total) else 0)
+        self._next = step + spacing
+
+        def draw() -> None:
+            from mhalab.analysis import plots
+
+            maps, tokens = self.probe_maps()
+            images = plots.training_pictures(self.stats, maps, tokens, self.cfg.max_plot_tokens,
+                                             pl_module.arch.attention.n_kv_heads)
+            log_images(pl_module.loggers, images, step)
+
+        self._guarded("pictures while training", draw)
 
     def finish(self, trainer, pl_module) -> None:
         """The end-of-training extras: a last measurement, importance and pictures (called by
@@ -171,20 +194,32 @@ class HeadStatsCallback(L.Callback):
 
     def draw(self, pl_module) -> None:
         from mhalab.analysis import plots
+        from mhalab.analysis.interactive import write_attention_page
 
         self.plot_dir.mkdir(parents=True, exist_ok=True)
         matrices = dict(self.stats)
         if self.importance is not None:
             matrices["importance"] = self.importance
-        paths = plots.plot_stat_heatmaps(matrices, self.plot_dir)
+        arch = pl_module.arch
+        paths = plots.plot_stat_heatmaps(matrices, self.plot_dir, plots.drawn_stats(matrices, arch.causal))
+        maps, tokens = self.probe_maps()
+        paths.append(plots.plot_attention_maps(maps, tokens, self.plot_dir / "attention_maps.png",
+                                               self.cfg.max_plot_tokens, n_kv_heads=arch.attention.n_kv_heads))
+        paths.append(write_attention_page(self.plot_dir / "attention.html", maps, tokens, matrices, "attention of "
+                                          f"every head: {self.plot_dir.parent.name}", arch.attention.n_kv_heads))
+        self.plot_paths = paths
+        from matplotlib.image import imread
+
+        log_images(pl_module.loggers, {p.stem: (imread(p)[..., :3] * 255).astype("uint8") for p in paths
+                                       if p.suffix == ".png"}, pl_module.global_step)
+
+    def probe_maps(self) -> tuple[list[Tensor], list[str]]:
+        """(the latest attention weights of the first probe example, n_layers x (H, T, T) on the CPU, its T tokens),
+        padding left out."""
         ids, pad = self.probe["input_ids"][0], self.probe.get("padding_mask")
         n_valid = int((~pad[0]).sum()) if pad is not None else ids.numel()
         tokens = self.decode(ids[:n_valid].tolist()) if self.decode else [str(i) for i in ids[:n_valid].tolist()]
-        maps = [w[0, :, :n_valid, :n_valid].float().cpu() for w in self.attentions]  # n_layers x (H, T, T)
-        paths.append(plots.plot_attention_maps(maps, tokens, self.plot_dir / "attention_maps.png",
-                                               max_tokens=self.cfg.max_plot_tokens))
-        self.plot_paths = paths
-        log_images(pl_module.loggers, paths, pl_module.global_step)
+        return [w[0, :, :n_valid, :n_valid].float().cpu() for w in self.attentions], tokens
 
     def summary(self) -> dict[str, Any]:
         """This callback's part of summary.json: (L, H) matrices as nested lists, plot paths, errors."""
@@ -197,18 +232,20 @@ class HeadStatsCallback(L.Callback):
         }
 
 
-def log_images(loggers, paths: list[Path], step: int) -> None:
-    """Each picture to every logger that takes images, under `attn/<file stem>` (one key per picture: their sizes
-    differ): wandb's `log_image`, TensorBoard's `add_image`."""
-    for logger in loggers:
-        if hasattr(logger, "log_image"):  # WandbLogger, MLFlow, ...
-            for p in paths:
-                logger.log_image(key=f"attn/{p.stem}", images=[str(p)])
-        elif hasattr(getattr(logger, "experiment", None), "add_image"):  # TensorBoardLogger's SummaryWriter
-            from matplotlib.image import imread
+def image_loggers(loggers) -> list:
+    """The loggers that take images: wandb's (and MLFlow's) `log_image`, TensorBoard's `add_image`."""
+    return [lg for lg in loggers if hasattr(lg, "log_image") or hasattr(getattr(lg, "experiment", None), "add_image")]
 
-            for p in paths:
-                logger.experiment.add_image(f"attn/{p.stem}", imread(p)[..., :3], step, dataformats="HWC")
+
+def log_images(loggers, images: dict, step: int) -> None:
+    """Pictures {name: (height, width, 3) uint8 array} to every logger that takes images, under `attn/<name>` (one
+    key per picture: their sizes differ), at `step`."""
+    for logger in image_loggers(loggers):
+        for name, image in images.items():
+            if hasattr(logger, "log_image"):  # WandbLogger, MLFlow, ...
+                logger.log_image(key=f"attn/{name}", images=[image], step=step)
+            else:  # TensorBoardLogger's SummaryWriter
+                logger.experiment.add_image(f"attn/{name}", image, step, dataformats="HWC")
 
 
 class ProgressLog(L.Callback):
