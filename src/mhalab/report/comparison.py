@@ -33,6 +33,7 @@ import numpy as np
 
 ALPHA = 0.05
 ENUMERATE_MAX = 250_000
+KM_CI_MIN_RUNS = 5  # the Kaplan-Meier median's interval covers ~95% from 5 runs, ~75% at 3 (docs/definitions.md)
 _EPS = 1e-12
 
 
@@ -332,7 +333,8 @@ def _detectable_rate(reject: np.ndarray, n1: int, n2: int, p2: float, power: flo
 
 def kaplan_meier(times, events) -> dict:
     """Kaplan-Meier estimate of the steps to an event (events[i] False: censored at times[i]): the curve, the median
-    and its 95% interval (Brookmeyer-Crowley with the log-log Greenwood band; None = not reached)."""
+    and its 95% interval (Brookmeyer-Crowley with the log-log Greenwood band; None = not reached). Below
+    KM_CI_MIN_RUNS runs there is no interval (has_ci False): it covered about 75% at 3 runs (docs/definitions.md)."""
     t, e = np.asarray(times, dtype=np.float64), np.asarray(events, dtype=bool)
     steps, surv, lo_band, hi_band = [0.0], [1.0], [1.0], [1.0]
     s, greenwood = 1.0, 0.0
@@ -354,8 +356,11 @@ def kaplan_meier(times, events) -> dict:
     # a product of fractions lands beside 0.5 (0.8 x 0.875 x 5/7 = 0.5000000000000001): compare with a tolerance
     first_at = lambda curve: next((x for x, v in zip(steps, curve) if v <= 0.5 + 1e-9), None)  # noqa: E731
     # the lower band crosses 0.5 first: the interval's low end; the upper band last: its high end
-    return {"steps": steps, "survival": surv, "median": first_at(surv), "median_ci95_low": first_at(lo_band),
-            "median_ci95_high": first_at(hi_band), "events": int(e.sum()), "n": len(t)}
+    has_ci = len(t) >= KM_CI_MIN_RUNS
+    return {"steps": steps, "survival": surv, "median": first_at(surv),
+            "median_ci95_low": first_at(lo_band) if has_ci else None,
+            "median_ci95_high": first_at(hi_band) if has_ci else None, "has_ci": has_ci, "events": int(e.sum()),
+            "n": len(t)}
 
 
 def logrank(times_a, events_a, times_b, events_b) -> dict:
