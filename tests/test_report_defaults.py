@@ -11,7 +11,7 @@ from mhalab.report import comparison as inf
 @pytest.mark.parametrize("n", [3, 5])
 def test_the_interval_labelled_95_covers_95_at_small_n(n):
     """Normal values, 4000 draws: the per-arm interval covers the true mean about 95% of the time (the percentile
-    bootstrap it replaces covered about 78% at n=3)."""
+    bootstrap it replaces covered 75% at n=3)."""
     rng = np.random.default_rng(27)
     draws = rng.normal(0.7, 0.1, size=(4000, n))
     hits = 0
