@@ -179,3 +179,31 @@ def test_selection_seeds_are_integers_in_one_sentence():
 
     with pytest.raises(ConfigError, match="endpoint.selection_seeds entry 'a'"):
         EndpointConfig(selection_seeds=["a"])
+
+
+def test_a_real_sweep_records_its_stages_and_mhalab_report_publishes_every_run(train, tmp_path):
+    """A real tiny sweep declares seed 0 as stage A (endpoint.selection_seeds, recorded in summary.json with the
+    environment); the `mhalab report` command, in its own process, tests seeds 1-2 only and writes runs.csv beside
+    the report with every run, its stage and whether it is in a verdict."""
+    import json
+    import subprocess
+    import sys
+
+    r = train("attention.n_kv_heads=2,1", "seed=0,1,2", "endpoint.selection_seeds=[0]", multirun=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    sweep = next((tmp_path / "logs" / "train" / "multiruns").iterdir())
+    done = subprocess.run([sys.executable, "-m", "mhalab", "report", str(sweep), "--no-plots",
+                           "--baseline", "attention.n_kv_heads=2"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "runs.csv" in done.stdout and "seeds 0 (stage A)" in done.stdout
+    rows = _rows(sweep / "report" / "runs.csv")
+    assert sorted((row["arm"], row["seed"], row["stage"], row["in_verdicts"]) for row in rows) == sorted(
+        (arm, str(s), "A" if s == 0 else "B", str(s != 0))
+        for arm in ("attention.n_kv_heads=2", "attention.n_kv_heads=1") for s in range(3))
+    assert all(row["test/acc"] and row["env_cpu_capability"] and row["env_blas"] for row in rows)
+    (c,) = json.loads((sweep / "report" / "report.json").read_text())["comparisons"]
+    a = [float(row["test/acc"]) for row in rows if row["in_verdicts"] == "True" and row["arm"].endswith("=1")]
+    b = [float(row["test/acc"]) for row in rows if row["in_verdicts"] == "True" and row["arm"].endswith("=2")]
+    ref = inf.two_sample(a, b)  # tiny runs may tie: then both say so in words and give no p
+    assert len(a) == len(b) == 2 and c["degenerate"] == ref.degenerate
+    assert (c["p"] is None and ref.p is None) or (c["p"] == pytest.approx(ref.p) and c["p"] > 0)
