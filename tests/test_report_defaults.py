@@ -135,7 +135,7 @@ def test_a_three_seed_sweep_reports_no_p_of_0_no_contradicting_interval_and_says
         assert c["p"] is None or c["p"] > 0
         if c["ci95_low"] is not None and c["ci95_high"] is not None and c["p"] is not None:
             assert (c["ci95_low"] > 0 or c["ci95_high"] < 0) == (c["p"] < inf.ALPHA), c
-        assert "needs more seeds" in c["verdict"] or c["verdict"].startswith("separated") is False
+        assert c["verdict"].endswith("it needs more seeds"), c  # 3 + 3 runs, Holm over 3: nothing can separate
     md = r["markdown"]
     assert "Selection re-used" in md and "95% t" in md and "needs more seeds" in md and "no interval below 5 runs" in md
     rows = _rows(tmp_path / "report" / "runs.csv")

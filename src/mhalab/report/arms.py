@@ -159,7 +159,7 @@ def compare(arm: Arm, base: Arm, metric: str) -> list[dict]:
         ka, kb = a.km(), b.km()
         out.append({**common, "endpoint": "steps to the threshold (Kaplan-Meier median)",
                     "estimate": None, "ci95_low": None, "ci95_high": None, "test": lr["test"], "p": lr["p"],
-                    "p_min": None, "detectable": None, "degenerate": lr.get("degenerate"),
+                    "p_min": lr["p_min"], "detectable": None, "degenerate": lr.get("degenerate"),
                     "arm_value": median_text(ka), "baseline_value": median_text(kb)})
     final = metric.replace("val/", "test/", 1)
     if any(v is None for v in a.values(final) + b.values(final)):
@@ -205,8 +205,8 @@ def verdict(c: dict, holm_floor: float | None = None, k: int = 1) -> str:
     if c.get("p_min") is not None and c["p_min"] >= inf.ALPHA:
         return f"not separable: this design's smallest p is {c['p_min']:.2g}; it needs more seeds"
     if holm_floor is not None and holm_floor >= inf.ALPHA:
-        return (f"not separable: Holm over {k} p-values makes the smallest possible adjusted p {holm_floor:.2g}; "
-                "it needs more seeds")
+        return (f"not separable: Holm over {k} p-values puts every adjusted p at {holm_floor:.2g} or more; it needs "
+                "more seeds")
     det = c.get("detectable")
     if c["endpoint"].startswith("rate"):
         return "not separated; " + ("no difference in rates is detectable at 80% power" if det is None else

@@ -373,8 +373,8 @@ def logrank(times_a, events_a, times_b, events_b) -> dict:
     n, m = len(times_a), len(times_b)
     taus = np.unique(t[e])
     if len(taus) == 0:
-        return {"test": "log-rank", "chi2": None, "p": None, "p_chi2": None, "degenerate": "no run reached the "
-                "threshold in either arm: no test"}
+        return {"test": "log-rank", "chi2": None, "p": None, "p_chi2": None, "p_min": None,
+                "degenerate": "no run reached the threshold in either arm: no test"}
     at_risk = (t[:, None] >= taus[None, :]).astype(float)  # (runs, times)
     died = ((t[:, None] == taus[None, :]) & e[:, None]).astype(float)
     n_all, d_all = at_risk.sum(0), died.sum(0)
@@ -391,7 +391,8 @@ def logrank(times_a, events_a, times_b, events_b) -> dict:
     obs = stat[0]
     p = _p_of(int(np.sum(stat[1:] >= obs - 1e-9 * (1 + obs))), len(groups), exact)
     return {"test": "log-rank, exact permutation p" if exact else "log-rank, permutation p (random)",
-            "chi2": float(obs), "p": p, "p_chi2": float(chi2.sf(obs, 1)), "degenerate": None}
+            "chi2": float(obs), "p": p, "p_chi2": float(chi2.sf(obs, 1)), "degenerate": None,
+            "p_min": 1 / len(groups) if exact else 1 / (1 + len(groups))}  # a bound: the observed one counts
 
 
 # -- many comparisons ----------------------------------------------------------------------------------------------
