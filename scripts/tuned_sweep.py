@@ -4,8 +4,9 @@
 
 Stage A runs every arm of `experiment=EXPERIMENT` at every value of the grid on the first seeds; `mhalab report`
 then picks each arm's value on validation (most runs reaching the endpoint threshold, then the fewest steps, then
-the best mean); stage B runs the remaining seeds of each arm at its own chosen value only. Give every multirun
-folder it prints to `mhalab report`: each arm's chosen cell then has all seeds. Run from the folder that holds
+the best mean); stage B runs the remaining seeds of each arm at its own chosen value only. Both stages declare
+`endpoint.selection_seeds` (the stage-A seeds), so `mhalab report` over every multirun folder it prints keeps the
+choice made on stage A and tests it on the stage-B seeds alone. Run from the folder that holds
 `logs/` (or set MHALAB_ROOT); extra arguments after `--` go to every `mhalab train`.
 """
 
@@ -53,10 +54,11 @@ def main(argv: list[str]) -> None:
     p.add_argument("--grid", default="optim.lr=1.0e-3,3.16e-3,1.0e-2", help="the tuned key and its values")
     args, extra = p.parse_known_args(argv)
     extra = [a for a in extra if a != "--"]
-    a_dir = train([f"experiment={args.experiment}", f"seed={args.seeds_a}", args.grid, *extra])
+    stages = f"endpoint.selection_seeds=[{args.seeds_a}]"
+    a_dir = train([f"experiment={args.experiment}", f"seed={args.seeds_a}", args.grid, stages, *extra])
     dirs = [a_dir]
     for arm, chosen in chosen_cells([a_dir]):
-        dirs.append(train([f"experiment={args.experiment}", f"seed={args.seeds_b}", *arm, *chosen, *extra]))
+        dirs.append(train([f"experiment={args.experiment}", f"seed={args.seeds_b}", *arm, *chosen, stages, *extra]))
     print("multirun folders, for mhalab report:", " ".join(map(str, dirs)))
 
 

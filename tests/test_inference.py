@@ -45,11 +45,12 @@ def test_permutation_p_matches_scipy(a, b):
 
 
 def test_intervals_stay_in_the_range_the_data_can_reach():
-    """Values in [0, 1]: the interval of a mean stays in [0, 1], of a difference in [-1, 1] (a t interval of these
-    values leaves it: REFERENCE's 0.624 [-0.065, 1.313])."""
+    """Values in [0, 1]: the inverted interval of a difference stays in [-1, 1]; the descriptive interval of a mean
+    is Student's t (its coverage is the one it is labelled with; tests/test_report_defaults.py), which may leave it."""
     vals = [1.0, 0.25, 1.0, 0.25, 1.0]
     mean, lo, hi = inf.mean_ci(vals)
-    assert 0.25 <= lo <= mean <= hi <= 1.0 and inf.mean_ci(vals) == (mean, lo, hi)  # the same values, the same
+    assert (lo, hi) == pytest.approx(stats.t.interval(0.95, 4, loc=mean, scale=stats.sem(vals)))
+    assert inf.mean_ci(vals) == (mean, lo, hi)
     c = inf.two_sample([1.0, 1.0, 1.0, 0.25, 1.0], [0.25, 0.25, 0.25, 1.0, 0.25])
     assert -0.75 - 1e-9 <= c.ci95_low <= c.mean <= c.ci95_high <= 0.75 + 1e-9
 
@@ -100,14 +101,13 @@ def test_clopper_pearson_matches_scipy():
         assert (lo, hi) == (pytest.approx(ci.low, abs=1e-12), pytest.approx(ci.high, abs=1e-12))
 
 
-def test_fisher_and_the_rates_of_reference_section_9():
+def test_barnard_and_the_rates_of_reference_section_9():
     r = inf.compare_rates(5, 5, 1, 5)
-    assert r["p"] == pytest.approx(0.047619, abs=1e-5)  # 5/5 vs 1/5: p = 0.048
-    assert r["p"] == pytest.approx(stats.fisher_exact([[5, 0], [1, 4]])[1])
-    assert inf.compare_rates(5, 5, 2, 5)["p"] == pytest.approx(0.1667, abs=1e-3)
+    assert r["p"] == pytest.approx(stats.barnard_exact([[5, 1], [0, 4]], pooled=True, n=200).pvalue, abs=1e-4)
+    assert inf.compare_rates(5, 5, 2, 5)["p"] == pytest.approx(0.0618, abs=1e-3)
     assert -1 <= r["ci95_low"] < r["diff"] < r["ci95_high"] <= 1
     # detecting 0.9 vs 0.5 at 80% power needs about 20 runs an arm: with 10 an arm it is not detectable
-    assert inf.compare_rates(9, 10, 5, 10)["detectable"] is None
+    assert inf.compare_rates(9, 10, 5, 10)["detectable"] > 0.4
     assert inf.compare_rates(18, 20, 10, 20)["detectable"] <= 0.45
 
 

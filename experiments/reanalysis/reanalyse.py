@@ -1,5 +1,5 @@
 """Re-analyse the per-seed values of the first MQAR sweeps (commit a08120a, Student-t verdicts) with the exact tests
-of mhalab.report.comparison: the rate of runs ending at val/acc >= 0.9 (Fisher's exact test) and the final val/acc
+of mhalab.report.comparison: the rate of runs ending at val/acc >= 0.9 (exact unconditional test) and the final val/acc
 (exact permutation test, unpaired: the arms' parameter shapes differ), Holm-adjusted within each sweep.
 
     python experiments/reanalysis/reanalyse.py > experiments/reanalysis/README.md
@@ -49,7 +49,7 @@ def main() -> None:
         rows = rows_at(path)
         base = next(r for r in rows if r["config"] == base_label)
         b = seeds(base)
-        t = Table(["arm", "runs reaching 0.9", "Fisher p", "final val/acc: difference [95%]", "permutation p",
+        t = Table(["arm", "runs reaching 0.9", "rate p", "final val/acc: difference [95%]", "permutation p",
                    "old verdict (paired t)", "Holm p (all)", "verdict now"])
         results = []
         for r in rows:

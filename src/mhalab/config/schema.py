@@ -289,6 +289,8 @@ class EndpointConfig:
     tuned: List[str] = field(default_factory=list)  # override keys tuned per arm (e.g. optim.lr): each arm is
     #   reported at its best value on validation
     margin: Optional[float] = None  # equivalence margin (TOST, +-margin on the metric), declared before the runs
+    selection_seeds: List[int] = field(default_factory=list)  # stage A: the seeds that choose each arm's tuned value;
+    #   the report tests the chosen values on the other seeds only (stage B). Empty: the same seeds do both
 
     def __post_init__(self):
         if self.metric not in ENDPOINT_METRICS:
@@ -303,6 +305,10 @@ class EndpointConfig:
         for key in self.tuned:
             if not isinstance(key, str) or not key or "=" in key:
                 raise ConfigError(f"endpoint.tuned entry {key!r}: give an override key such as optim.lr")
+        for seed in self.selection_seeds:
+            if not isinstance(seed, int) or isinstance(seed, bool):
+                raise ConfigError(f"endpoint.selection_seeds entry {seed!r}: give integer seeds (the stage-A seeds "
+                                  "that choose each arm's tuned value)")
 
 
 @dataclass

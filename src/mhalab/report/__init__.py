@@ -9,6 +9,8 @@ on the endpoints the runs declared (`report.arms`), and writes into `--out` (def
   statistics per arm and the failed jobs;
 - `report.csv`: one row per arm and tuned cell, with one column per seed; `report.json`: the same for programs
   (`mhalab report --table` builds the README's experiments table from these files);
+- `runs.csv`: one row per run (arm, cell, seed, stage): its val and test metrics, steps to the threshold and
+  environment, so every p of the report can be recomputed from the published data;
 - pictures (`report.figures`).
 """
 
@@ -25,8 +27,8 @@ from mhalab.report import comparison as inf
 from mhalab.config.writes import check_links
 from mhalab.errors import ConfigError
 from mhalab.report import figures
-from mhalab.report.arms import HEAD_STATS, Arm, apply_holm, arms_of, compare, head_stats, pick_baseline
-from mhalab.report.runs import COST, find_runs, place, seed_order, the_metric, tuned_keys
+from mhalab.report.arms import HEAD_STATS, Arm, apply_holm, arms_of, compare, head_stats, median_text, pick_baseline
+from mhalab.report.runs import COST, find_runs, place, seed_order, selection_seeds, the_metric, tuned_keys
 from mhalab.runs.summary import json_text
 from mhalab.tables import Table, fmt, fmt_p, interval, md_escape, write_csv
 
@@ -47,6 +49,7 @@ def report(dirs: list[str | Path], out: str | Path | None = None, metric: str | 
     if found:
         m = the_metric(found, metric)
         tuned = tuned_keys(found)
+        selection_seeds(found)  # one declaration of the stages, or a ConfigError
         arms = arms_of(place(found, tuned), m)
         base = pick_baseline(arms, baseline)
         comparisons = [c for a in arms if a is not base for c in compare(a, base, m)]
@@ -65,6 +68,8 @@ def report(dirs: list[str | Path], out: str | Path | None = None, metric: str | 
                                 figures.final(arms, shown, out, levels), figures.heads(arms, out)) if p]
     records = cell_records(arms)
     write_csv(out / "report.csv", csv_columns(records), records)
+    per_run = run_records(arms)
+    write_csv(out / "runs.csv", run_columns(per_run), per_run)
     data = {"metric": m, "sources": [str(d) for d in dirs], "arms": [arm_record(a) for a in arms],
             "comparisons": [{k: v for k, v in c.items()} for c in comparisons], "failed": failed}
     (out / "report.json").write_text(json_text(data))
@@ -100,7 +105,8 @@ def document(arms: list[Arm], comparisons: list[dict], failed: list[dict], metri
                        + (" (runs stop there)" if end.get("stop_at_threshold") else "") + "."
                        if end.get("threshold") is not None else "")
                     + (f" Tuned per arm: {', '.join(tuned)} (each arm at its best value on validation: most runs "
-                       "reaching the threshold, then fewest steps, then the best mean)." if tuned else "")))
+                       "reaching the threshold, then fewest steps, then the best mean)." if tuned else "")
+                    + " " + stages_text(arms, bool(tuned))))
     out.append(("## Design (read from the runs)", design_table(arms)))
     if tuned or any(a.chosen.rate() for a in arms):
         out.append(("## Each arm at each tuned value (validation)", tuning_table(arms)))
@@ -108,13 +114,15 @@ def document(arms: list[Arm], comparisons: list[dict], failed: list[dict], metri
         base = comparisons[0]["baseline"]
         out.append(("## Comparisons with the baseline",
                     f"Each arm at its chosen cell against `{base}`. Holm's correction over all {len(comparisons)} "
-                    "p-values of this report; separated = Holm-adjusted p < 0.05. Rates count runs on validation; "
-                    "the final metric is the tested checkpoint on the test split."))
+                    "p-values of this report; separated = Holm-adjusted p < 0.05. Each interval is its test "
+                    "inverted (95%, before Holm's correction), so it excludes 0 exactly when that test's p < 0.05. "
+                    "Rates count runs on validation; the final metric is the tested checkpoint on the test split. "
+                    "Every run's values are in runs.csv."))
         out.append(("", comparison_table(comparisons)))
     stats = head_table(arms)
     if stats is not None:
         out.append(("## Head statistics per arm", "At the end of training, on the probe batch: each run's mean over "
-                                                  "layers and heads; mean and 95% interval over the arm's runs."))
+                                                  "layers and heads; mean and 95% t interval over the arm's runs."))
         out.append(("", stats))
     levels = first.summary.baselines
     if levels:
@@ -155,28 +163,23 @@ def _seed_range(seeds: list) -> str:
 
 
 def tuning_table(arms: list[Arm]) -> Table:
-    t = Table(["arm", "cell", "runs", "reached [95% CP]", "median steps to threshold [95%]", "final val: mean [95%]",
-               "chosen"])
+    t = Table(["arm", "cell", "runs", "reached [95% CP]", "median steps to threshold [95%]",
+               "final val: mean [95% t]", "chosen"])
     for a in arms:
-        for c in sorted(a.cells.values(), key=lambda c: c.label):
+        for full in sorted(a.cells.values(), key=lambda c: c.label):
+            c = full.at_stage("A")  # what chose the value
+            if not c.runs:
+                continue
             rate = c.rate()
             reached = "-" if rate is None else f"{rate[0]}/{rate[1]} [{inf.rate(*rate)[1]:.2f}, " \
                                                f"{inf.rate(*rate)[2]:.2f}]"
             km = c.km()
             vals = [v for v in c.values() if v is not None]
-            chosen = c is a.chosen
-            t.add([a.label, c.label, len(c.runs), reached, "-" if km is None else _km_text(km),
+            chosen = full is a.chosen
+            t.add([a.label, c.label, len(c.runs), reached, "-" if km is None else median_text(km),
                    interval(*inf.mean_ci(vals)) if vals else "-", "yes" if chosen else ""],
                   bold=range(7) if chosen else ())
     return t
-
-
-def _km_text(km: dict) -> str:
-    if km["median"] is None:
-        return "not reached"
-    lo = "-" if km["median_ci95_low"] is None else f"{km['median_ci95_low']:g}"
-    hi = "not reached" if km["median_ci95_high"] is None else f"{km['median_ci95_high']:g}"
-    return f"{km['median']:g} [{lo}, {hi}]"
 
 
 def comparison_table(comparisons: list[dict]) -> Table:
@@ -217,6 +220,49 @@ def cell_records(arms: list[Arm]) -> list[dict]:
                         "reached": None if rate is None else rate[0], "median_steps": None if km is None else km["median"],
                         **{f"seed_{s}": v for s, v in zip(c.seeds, c.values())}})
     return out
+
+
+ENVIRONMENT = ("torch", "python", "machine", "processor", "device", "cpu_count", "torch_threads", "interop_threads",
+               "cpu_capability", "aten_cpu_capability", "mkldnn", "blas", "lapack", "omp_num_threads")
+
+
+def run_records(arms: list[Arm]) -> list[dict]:
+    """One record per run: where it sits (arm, cell, seed, stage, in a verdict), every val and test metric, its
+    steps to the threshold and the environment it ran in."""
+    out = []
+    for a in arms:
+        chosen = a.chosen
+        for c in a.cells.values():
+            for r in c.runs:
+                s = r.summary
+                env = s.environment or {}
+                out.append({"arm": a.label, "cell": c.label, "seed": r.seed, "stage": r.stage,
+                            "chosen_cell": c is chosen, "in_verdicts": c is chosen and r.stage != "A",
+                            "reached": r.reached(), "threshold_step": r.endpoint.get("threshold_step"),
+                            "steps": r.steps(), "train_steps": s.timings.get("train_steps"),
+                            **s.metrics, **s.test_metrics, **{f"env_{k}": env.get(k) for k in ENVIRONMENT},
+                            "dir": r.dir.name})
+    return out
+
+
+def run_columns(records: list[dict]) -> list[str]:
+    metrics = sorted({k for r in records for k in r if "/" in k})
+    return ["arm", "cell", "seed", "stage", "chosen_cell", "in_verdicts", "reached", "threshold_step", "steps",
+            "train_steps", *metrics, *(f"env_{k}" for k in ENVIRONMENT), "dir"]
+
+
+def stages_text(arms: list[Arm], tuned: bool) -> str:
+    """How the seeds were used: stage A chooses, stage B tests; or, undeclared, the same seeds did both."""
+    runs = [r for a in arms for c in a.cells.values() for r in c.runs]
+    if any(r.stage != "A+B" for r in runs):
+        a_seeds = sorted({r.seed for r in runs if r.stage == "A"}, key=seed_order)
+        b_seeds = sorted({r.seed for r in runs if r.stage == "B"}, key=seed_order)
+        return (f"Stages: seeds {_seed_range(a_seeds) or 'none'} (stage A) chose each arm's value, frozen before "
+                f"the comparisons, which use only the fresh seeds {_seed_range(b_seeds) or 'none'} (stage B).")
+    if tuned:
+        return ("Selection re-used: each arm's value was chosen on the same seeds its comparisons use, which favours "
+                "the chosen values; declare endpoint.selection_seeds and run fresh seeds to test the choice.")
+    return ""
 
 
 def csv_columns(records: list[dict]) -> list[str]:
@@ -345,7 +391,8 @@ def run_cli(args) -> int:
     r = report(args.dirs, args.out, args.metric, args.wandb, args.wandb_project, plots=not args.no_plots,
                baseline=args.baseline)
     print(r["markdown"])
-    print(f"wrote {r['out'] / 'report.md'}, report.html, report.csv, report.json and {len(r['plots'])} picture(s)")
+    print(f"wrote {r['out'] / 'report.md'}, report.html, report.csv, runs.csv, report.json and {len(r['plots'])} "
+          "picture(s)")
     return 0
 
 

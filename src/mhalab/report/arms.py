@@ -5,11 +5,14 @@ keys (e.g. `optim.lr`). Each arm is reported at its best cell **on validation** 
 the endpoint threshold, then the fewest steps to it, then the best mean metric), and compared with the baseline arm
 at its best cell on three endpoints, each with the test that fits it (`mhalab.report.comparison`):
 
-- the rate of runs that reached the threshold (Fisher's exact test; Newcombe interval; the detectable difference),
+- the rate of runs that reached the threshold (the exact unconditional score test and its inverted interval; the
+  detectable difference),
 - the steps to the threshold, censored at the budget (Kaplan-Meier medians; log-rank with an exact permutation p),
 - the final metric on the test split (exact permutation test, or the exact sign-flip test when the two arms share
   their architecture and seeds, so the same seed gives them the same initialisation and the same data order).
-Holm's correction runs over every p of the report.
+Holm's correction runs over every p of the report. An experiment that declares `endpoint.selection_seeds` (stage A)
+has each arm's value chosen on those seeds only and frozen; its comparisons use only the other seeds (stage B), so no
+selection seed is ever in a verdict.
 """
 
 from __future__ import annotations
@@ -44,6 +47,11 @@ class Cell:
     def values(self, metric: str | None = None) -> list[float | None]:
         return [r.value(metric or self.metric) for r in self.runs]
 
+    def at_stage(self, stage: str) -> Cell:
+        """This cell with the runs of one stage only ('A' chooses, 'B' tests); runs of an experiment that declared no
+        stages ('A+B') are in both."""
+        return Cell(self.cell, [r for r in self.runs if r.stage in (stage, "A+B")], self.metric)
+
     def threshold(self) -> float | None:
         return self.runs[0].endpoint.get("threshold")
 
@@ -77,7 +85,15 @@ class Arm:
 
     @property
     def chosen(self) -> Cell:
-        return min(self.cells.values(), key=Cell.rank_key)
+        """The cell ranked best on the selection runs (stage A) only: fresh runs (stage B) never change the choice."""
+        cells = list(self.cells.values())
+        if len(cells) == 1:
+            return cells[0]
+        ranked = [c for c in cells if c.at_stage("A").runs]
+        if not ranked:
+            raise ConfigError(f"arm {self.label} has {len(cells)} tuned values and no stage-A run (a seed in "
+                              "endpoint.selection_seeds) to choose among them: report the selection runs too")
+        return min(ranked, key=lambda c: c.at_stage("A").rank_key())
 
     @property
     def design(self) -> dict[str, Any]:
@@ -122,10 +138,15 @@ def pick_baseline(arms: list[Arm], baseline: str | None) -> Arm:
 
 
 def compare(arm: Arm, base: Arm, metric: str) -> list[dict]:
-    """The comparisons of `arm` with `base` at their chosen cells, one per endpoint."""
-    a, b = arm.chosen, base.chosen
+    """The comparisons of `arm` with `base` at their chosen cells, one per endpoint, on the test runs (stage B)."""
+    a, b = arm.chosen.at_stage("B"), base.chosen.at_stage("B")
     out = []
     common = {"arm": arm.label, "baseline": base.label, "arm_cell": a.label, "baseline_cell": b.label}
+    if not a.runs or not b.runs:
+        return [{**common, "endpoint": "every endpoint", "estimate": None, "ci95_low": None, "ci95_high": None,
+                 "test": "-", "p": None, "p_min": None, "detectable": None,
+                 "degenerate": "no fresh (stage B) run at the chosen value: no test",
+                 "arm_value": f"{len(a.runs)} runs", "baseline_value": f"{len(b.runs)} runs"}]
     rate_a, rate_b = a.rate(), b.rate()
     if rate_a and rate_b:
         r = inf.compare_rates(rate_a[0], rate_a[1], rate_b[0], rate_b[1])
@@ -138,8 +159,8 @@ def compare(arm: Arm, base: Arm, metric: str) -> list[dict]:
         ka, kb = a.km(), b.km()
         out.append({**common, "endpoint": "steps to the threshold (Kaplan-Meier median)",
                     "estimate": None, "ci95_low": None, "ci95_high": None, "test": lr["test"], "p": lr["p"],
-                    "p_min": None, "detectable": None, "degenerate": lr.get("degenerate"),
-                    "arm_value": _median(ka), "baseline_value": _median(kb)})
+                    "p_min": lr["p_min"], "detectable": None, "degenerate": lr.get("degenerate"),
+                    "arm_value": median_text(ka), "baseline_value": median_text(kb)})
     final = metric.replace("val/", "test/", 1)
     if any(v is None for v in a.values(final) + b.values(final)):
         final = metric
@@ -164,12 +185,17 @@ def _difference(a: Cell, b: Cell, metric: str) -> dict:
 
 def apply_holm(comparisons: list[dict]) -> None:
     """Holm-adjust every p of the report and write each comparison's verdict."""
+    tested = [c for c in comparisons if c.get("p") is not None]
+    floors = [c["p_min"] for c in tested if c.get("p_min") is not None]
+    # Holm multiplies the smallest p by the number of p-values: below that floor nothing can be separated
+    holm_floor = len(tested) * min(floors) if floors and len(floors) == len(tested) else None
     for c, adj in zip(comparisons, inf.holm([c.get("p") for c in comparisons])):
         c["p_holm"] = adj
-        c["verdict"] = verdict(c)
+        c["verdict"] = verdict(c, holm_floor, len(tested))
 
 
-def verdict(c: dict) -> str:
+def verdict(c: dict, holm_floor: float | None = None, k: int = 1) -> str:
+    """The verdict in words; a design too small to separate anything says so (it needs more seeds)."""
     if c.get("degenerate"):
         return c["degenerate"]
     if c.get("p") is None:
@@ -177,7 +203,10 @@ def verdict(c: dict) -> str:
     if c["p_holm"] < inf.ALPHA:
         return "separated"
     if c.get("p_min") is not None and c["p_min"] >= inf.ALPHA:
-        return f"not separable: this design's smallest p is {c['p_min']:.2g}"
+        return f"not separable: this design's smallest p is {c['p_min']:.2g}; it needs more seeds"
+    if holm_floor is not None and holm_floor >= inf.ALPHA:
+        return (f"not separable: Holm over {k} p-values puts every adjusted p at {holm_floor:.2g} or more; it needs "
+                "more seeds")
     det = c.get("detectable")
     if c["endpoint"].startswith("rate"):
         return "not separated; " + ("no difference in rates is detectable at 80% power" if det is None else
@@ -204,9 +233,12 @@ def _cmp(metric: str) -> str:
     return "<=" if inf.lower_is_better(metric) else ">="
 
 
-def _median(km: dict) -> str:
+def median_text(km: dict) -> str:
+    """A Kaplan-Meier median with its interval, or why there is none."""
     if km["median"] is None:
         return f"not reached ({km['events']}/{km['n']})"
+    if not km.get("has_ci", True):
+        return f"{km['median']:g} (no interval below {inf.KM_CI_MIN_RUNS} runs)"
     hi = "not reached" if km["median_ci95_high"] is None else f"{km['median_ci95_high']:g}"
     lo = "-" if km["median_ci95_low"] is None else f"{km['median_ci95_low']:g}"
     return f"{km['median']:g} [{lo}, {hi}]"

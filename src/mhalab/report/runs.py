@@ -12,7 +12,8 @@ from mhalab.errors import ConfigError
 from mhalab.report.comparison import lower_is_better
 from mhalab.runs.summary import SUMMARY, RunSummary, read_summary
 
-IGNORED_KEYS = ("seed", "resume", "fault.", "hydra.", "hydra/", "data.num_workers", "paths.", "torch_threads")
+IGNORED_KEYS = ("seed", "resume", "fault.", "hydra.", "hydra/", "data.num_workers", "paths.", "torch_threads",
+                "endpoint.selection_seeds")  # a run's stage is not its arm
 DESIGN = ("n_heads", "n_kv_heads", "d_head", "d_model", "d_ff", "n_layers")
 COST = ("params", "flops_per_token", "attention_flops_per_token", "kv_cache_bytes_per_token")
 
@@ -33,6 +34,15 @@ class Run:
     @property
     def endpoint(self) -> dict:
         return self.summary.endpoint or {}
+
+    @property
+    def stage(self) -> str:
+        """'A': a selection seed (endpoint.selection_seeds), which chooses its arm's tuned value; 'B': a fresh seed,
+        which tests the chosen value; 'A+B': the experiment declared no selection seeds, so its seeds do both."""
+        chosen_on = self.endpoint.get("selection_seeds")
+        if not chosen_on:
+            return "A+B"
+        return "A" if self.seed in chosen_on else "B"
 
     def value(self, metric: str) -> float | None:
         return self.summary.metric(metric)
@@ -115,6 +125,15 @@ def tuned_keys(runs: list[tuple[Path, RunSummary]]) -> list[str]:
     if len(found) > 1:
         raise ConfigError(f"these runs declare different tuned keys ({'; '.join(map(str, sorted(found)))}): report "
                           "each experiment's runs together, not runs of different designs")
+    return list(found.pop()) if found else []
+
+
+def selection_seeds(runs: list[tuple[Path, RunSummary]]) -> list[int]:
+    """The stage-A seeds the runs' experiment declared (endpoint.selection_seeds); all runs must agree."""
+    found = {tuple((s.endpoint or {}).get("selection_seeds") or ()) for _, s in runs}
+    if len(found) > 1:
+        raise ConfigError(f"these runs declare different endpoint.selection_seeds ({'; '.join(map(str, sorted(found)))}"
+                          "): give stage A and stage B runs the same declaration")
     return list(found.pop()) if found else []
 
 

@@ -46,6 +46,7 @@ class Endpoint(TypedDict, total=False):
     stop_at_threshold: bool
     tuned: list[str]
     margin: Number
+    selection_seeds: list[int]
     threshold_step: Optional[int]
     stopped_early: bool
 

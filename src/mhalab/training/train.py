@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import os
 import platform
+import re
 import shlex
 import sys
 import time
@@ -489,14 +490,23 @@ def job_threads() -> int:
 
 
 def _environment() -> dict[str, Any]:
+    """What the numerics depend on: versions, CPU and its kernels (cpu_capability, ATEN_CPU_CAPABILITY), the BLAS
+    and oneDNN path (blas, lapack, mkldnn, torch_config), threads (parallel_info) and the scheduler."""
     import lightning as L
     import torch
 
+    build = torch.__config__.show()
+    setting = lambda key: next(iter(re.findall(rf"\b{key}=([^,\s]+)", build)), None)  # noqa: E731
     return {"torch": torch.__version__, "lightning": L.__version__, "python": platform.python_version(),
             "machine": platform.machine(), "processor": _cpu_name(), "cpu_count": os.cpu_count(),
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            "torch_threads": torch.get_num_threads(),
+            "torch_threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # the CPU kernels: results differ across them
+            "aten_cpu_capability": os.environ.get("ATEN_CPU_CAPABILITY"),  # a cap on them, if set
+            "mkldnn": bool(torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled),
+            "blas": setting("BLAS_INFO"), "lapack": setting("LAPACK_INFO"),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "mkl_num_threads": os.environ.get("MKL_NUM_THREADS"),
+            "torch_config": build, "parallel_info": torch.__config__.parallel_info(),
             "slurm_job": os.environ.get("SLURM_JOB_ID"), "slurm_cpus_per_task": os.environ.get("SLURM_CPUS_PER_TASK")}
 
 
