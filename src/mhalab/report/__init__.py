@@ -234,7 +234,7 @@ def run_records(arms: list[Arm]) -> list[dict]:
                             "reached": r.reached(), "threshold_step": r.endpoint.get("threshold_step"),
                             "steps": r.steps(), "train_steps": s.timings.get("train_steps"),
                             **s.metrics, **s.test_metrics, **{f"env_{k}": env.get(k) for k in ENVIRONMENT},
-                            "dir": r.dir.name})
+                            "dir": f"{r.dir.parent.name}/{r.dir.name}"})  # multirun folder / job
     return out
 
 
