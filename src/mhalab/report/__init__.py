@@ -106,7 +106,7 @@ def document(arms: list[Arm], comparisons: list[dict], failed: list[dict], metri
                        if end.get("threshold") is not None else "")
                     + (f" Tuned per arm: {', '.join(tuned)} (each arm at its best value on validation: most runs "
                        "reaching the threshold, then fewest steps, then the best mean)." if tuned else "")
-                    + " " + stages_text(arms, bool(tuned))))
+                    + (" " + stages_text(arms, bool(tuned))).rstrip()))
     out.append(("## Design (read from the runs)", design_table(arms)))
     if tuned or any(a.chosen.rate() for a in arms):
         out.append(("## Each arm at each tuned value (validation)", tuning_table(arms)))
@@ -241,7 +241,7 @@ def run_records(arms: list[Arm]) -> list[dict]:
                             "reached": r.reached(), "threshold_step": r.endpoint.get("threshold_step"),
                             "steps": r.steps(), "train_steps": s.timings.get("train_steps"),
                             **s.metrics, **s.test_metrics, **{f"env_{k}": env.get(k) for k in ENVIRONMENT},
-                            "dir": r.dir.name})
+                            "dir": f"{r.dir.parent.name}/{r.dir.name}"})  # multirun folder / job
     return out
 
 
