@@ -85,6 +85,13 @@ def main() -> None:
         print(f"## {name}\n\nBaseline `{base_label}`: {len(b)} runs, {sum(v >= THRESHOLD for v in b)} reaching "
               f"{THRESHOLD}.\n")
         print(t.markdown() + "\n")
+        if name == "head_dim_sweep":
+            print("Read with care: the rate test here (Barnard's exact unconditional test) replaced Fisher's after these "
+                  "data were seen, and the separation sits just under 0.05 (Holm p 0.047, where Fisher's test gave "
+                  "none), so it is exploratory, not a verdict. It is also confounded: parameter matching gave the "
+                  "d_head 8 and 16 arms d_ff 578 and 513 against 128 for d_head 64, so these runs cannot say whether "
+                  "head width or FFN width failed them (issue 27; the factorial head_width_dff design takes them "
+                  "apart).\n")
     pruning()
     conversion()
     OUT.parent.mkdir(exist_ok=True)
