@@ -172,11 +172,13 @@ def _check_devices(devices: Any) -> None:
 def _check_fraction_or_count(key: str, value: Any, allow_zero: bool) -> None:
     """A fraction in (0, 1] (a float) or a count >= 1 (an int); 0 / 0.0 only where allow_zero."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{key}={value!r}: {key} must be a fraction in (0, 1] or a count of batches in [1, 2**63 - 1]")
+        raise ConfigError(f"{key}={value!r}: {key} must be a fraction in (0, 1] or a count of batches in "
+                          "[1, 2**63 - 1]")
     if allow_zero and value == 0:
         return
     if isinstance(value, float) and not 0 < value <= 1 or isinstance(value, int) and not 1 <= value <= INT64_MAX:
-        raise ConfigError(f"{key}={value!r}: {key} must be a fraction in (0, 1] or a count of batches in [1, 2**63 - 1]")
+        raise ConfigError(f"{key}={value!r}: {key} must be a fraction in (0, 1] or a count of batches in "
+                          "[1, 2**63 - 1]")
 
 
 @dataclass
