@@ -323,8 +323,8 @@ class TrainConfig:
                  ("endpoint.metric", self.endpoint.metric))
         for key, metric in named:
             if metric == BPB:
-                raise ConfigError(f"{key}={BPB}: task {self.data.task} ({self.data.objective}, tokenizer "
-                                  f"{self.data.tokenizer}) logs no bits per byte; use one of "
+                raise ConfigError(f"{key}={BPB}: task {self.data.task} ({self.data.objective}) reports no bits per "
+                                  f"byte (only text language models do); use one of "
                                   f"{', '.join(m for m in OPTIMIZED_METRICS if m != BPB)}")
 
     def architecture(self, vocab_size: int, objective: str, n_classes: int | None) -> Architecture:
