@@ -31,7 +31,7 @@ ODD = [
     (["checkpoint.monitor=val/foo"], False, "monitor must be one of val/loss, val/acc, val/acc_best"),
     (["checkpoint.monitor=val/acc"], False, "so mode must be max"),  # mode min: the worst would be kept
     (["checkpoint.mode=max"], False, "so mode must be min"),
-    (["checkpoint.monitor=val/bpb", "checkpoint.mode=min"], False, "logs no bits per byte"),
+    (["checkpoint.monitor=val/bpb", "checkpoint.mode=min"], False, "reports no bits per byte"),
     (["optimized_metric=val/bpb"], False, "optimized_metric=val/bpb: task bbc_news"),
     (["endpoint.metric=val/foo"], False, "endpoint.metric='val/foo'"),
     (["endpoint.metric=val/acc_best"], False, "recorded at every validation (val/loss, val/acc, val/bpb)"),

@@ -217,11 +217,13 @@ def _check_devices(devices: Any) -> None:
 def _check_fraction_or_count(key: str, value: Any, allow_zero: bool) -> None:
     """A fraction in (0, 1] (a float) or a count >= 1 (an int); 0 / 0.0 only where allow_zero."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{key}={value!r}: {key} must be a fraction in (0, 1] or a count of batches in [1, 2**63 - 1]")
+        raise ConfigError(f"{key}={value!r}: {key} must be a fraction in (0, 1] or a count of batches in "
+                          "[1, 2**63 - 1]")
     if allow_zero and value == 0:
         return
     if isinstance(value, float) and not 0 < value <= 1 or isinstance(value, int) and not 1 <= value <= INT64_MAX:
-        raise ConfigError(f"{key}={value!r}: {key} must be a fraction in (0, 1] or a count of batches in [1, 2**63 - 1]")
+        raise ConfigError(f"{key}={value!r}: {key} must be a fraction in (0, 1] or a count of batches in "
+                          "[1, 2**63 - 1]")
 
 
 @dataclass
@@ -372,8 +374,8 @@ class TrainConfig:
                  ("endpoint.metric", self.endpoint.metric))
         for key, metric in named:
             if metric == BPB:
-                raise ConfigError(f"{key}={BPB}: task {self.data.task} ({self.data.objective}, tokenizer "
-                                  f"{self.data.tokenizer}) logs no bits per byte; use one of "
+                raise ConfigError(f"{key}={BPB}: task {self.data.task} ({self.data.objective}) reports no bits per "
+                                  f"byte (only text language models do); use one of "
                                   f"{', '.join(m for m in OPTIMIZED_METRICS if m != BPB)}")
 
     def architecture(self, vocab_size: int, objective: str, n_classes: int | None) -> Architecture:
