@@ -109,7 +109,7 @@ def attention_figure(weights_per_layer, tokens, max_tokens: int = 32, pad_token:
             if lowest:
                 ax.set_xlabel("key", fontsize=8, labelpad=1)
     bar = fig.add_axes([1 - (right - 0.2) / width, bottom / height, 0.15 / width,
-                        min(2 * panel, height - top - bottom) / height])
+                        min(panel, height - top - bottom) / height])
     colorbar = fig.colorbar(image, cax=bar)
     colorbar.set_label("weight / the row's largest weight", fontsize=9)
     colorbar.ax.tick_params(labelsize=8)
