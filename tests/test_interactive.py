@@ -58,3 +58,16 @@ def test_hover_changes_the_drawing_in_chromium_without_console_errors(tmp_path, 
     (tmp_path / "broken.html").write_text(broken)  # the check sees an error when there is one
     dom, console = chromium((tmp_path / "broken.html").as_uri() + "#selftest", tmp_path)
     assert any("undefinedName" in line for line in console) and "data-selftest" not in dom
+
+
+def test_mhalab_plots_html_writes_the_page_of_a_run(tiny_runs, tmp_path):
+    from mhalab.analysis.plots import main
+
+    main([str(tiny_runs[0]), "--out", str(tmp_path / "figs"), "--html", "--no-maps"])
+    text = (tmp_path / "figs" / "attention.html").read_text()
+    data = json.loads(re.search(r"const D = (.*);\n", text).group(1).replace("<\\/", "</"))
+    assert len(data["weights"]) == 2 and data["n_heads"] == 4 and "entropy_norm" in data["stats"]
+    assert len(data["stats"]["importance"]) == 2 and 2 <= len(data["tokens"]) <= 64
+    if CHROMIUM:
+        dom, console = chromium((tmp_path / "figs" / "attention.html").as_uri() + "#selftest", tmp_path)
+        assert console == [] and 'data-selftest="hover-changed"' in dom

@@ -51,7 +51,8 @@ def test_heatmaps_use_the_statistics_fixed_scale_and_unit():
     cells = [t.get_text() for t in fig.axes[0].texts]
     assert cells == ["0.0281", "0.0372", "0.0290", "0.0335"] and len(set(cells)) == 4
     distance = stat_figure(torch.tensor([[3.0, 8.3]]), "distance")
-    assert "tokens" in distance.axes[0].get_title() and distance.axes[0].images[0].get_clim() == pytest.approx((0.0, 8.3))
+    assert "tokens" in distance.axes[0].get_title()
+    assert distance.axes[0].images[0].get_clim() == pytest.approx((0.0, 8.3))
     assert stat_scale("entropy", np.array([[1.2, 2.7]]))[2] == "nats, from 0"
 
 

@@ -28,7 +28,8 @@ def test_attention_figure_grid():
     fig = attention_figure(probe(), tokens, pad_token="<pad>")
     panels = [ax for ax in fig.axes if re.fullmatch(r"L\dH\d", ax.get_title())]
     assert [ax.get_title() for ax in panels] == [f"L{l}H{h}" for l in range(2) for h in range(3)]
-    assert [t.get_text() for t in panels[0].get_xticklabels()] == tokens[:4]  # padding skipped
+    assert [t.get_text() for t in panels[0].get_yticklabels()] == tokens[:4]  # padding skipped
+    assert [t.get_text() for t in panels[3].get_xticklabels()] == tokens[:4]  # keys under each column's lowest panel
     assert len(attention_figure(probe(1, 2), tokens, max_tokens=3).axes[0].get_yticklabels()) == 3
 
 

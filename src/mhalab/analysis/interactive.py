@@ -27,7 +27,8 @@ def page_data(weights_per_layer, tokens, stats: dict | None = None, n_kv_heads: 
         w = w.detach().float().cpu()[:, :n, :n]  # (H, n, n)
         layers.append((w * 1000).round().int().tolist())
     n_heads = len(layers[0]) if layers else 0
-    return {"tokens": [str(t) for t in tokens[:n]], "weights": layers, "n_heads": n_heads, "n_kv_heads": n_kv_heads or n_heads,
+    return {"tokens": [str(t) for t in tokens[:n]], "weights": layers, "n_heads": n_heads,
+            "n_kv_heads": n_kv_heads or n_heads,
             "stats": {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in (stats or {}).items()}}
 
 

@@ -77,10 +77,16 @@ def attention_figure(weights_per_layer, tokens, max_tokens: int = 32, pad_token:
             for label, heads in head_rows(n_heads, n_kv_heads)]
     n_cols = max(len(heads) for _, _, heads in rows)
     n = len(keep)
-    panel = max(1.6, 0.13 * n)  # inches of map per panel: 0.13 in per token, room for a 7-point label each
-    # constrained layout (+0.5 s) keeps every panel's colour bar and labels from overlapping at any size
-    fig = new_figure(figsize=(n_cols * (panel + 0.6) + 1.0, len(rows) * (panel + 0.9) + 0.5), layout="constrained")
-    axes = fig.subplots(len(rows), n_cols, squeeze=False)
+    panel = max(1.6, 0.13 * n)  # inches per panel: 0.13 in per token, room for a 7-point label each
+    # a fixed layout in inches (constrained layout took half the drawing time): tokens label the left column's
+    # queries and the keys under each column's lowest panel; a title's height between rows
+    left, right, top, bottom, gap_w, gap_h = 0.8, 1.0, 0.8, 0.7, 0.15, 0.35
+    width = left + n_cols * panel + (n_cols - 1) * gap_w + right
+    height = top + len(rows) * panel + (len(rows) - 1) * gap_h + bottom
+    fig = new_figure(figsize=(width, height))
+    axes = fig.subplots(len(rows), n_cols, squeeze=False, gridspec_kw=dict(
+        left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height,
+        wspace=gap_w / panel, hspace=gap_h / panel))
     image = None
     for r, (layer, group, heads) in enumerate(rows):
         w = weights_per_layer[layer].detach().float().cpu()[:, idx][:, :, idx]  # (H, n, n)
@@ -93,18 +99,23 @@ def attention_figure(weights_per_layer, tokens, max_tokens: int = 32, pad_token:
             h = heads[c]
             # imshow, not sns.heatmap: seaborn redraws the whole figure per panel to check tick labels (6 s for 8)
             image = ax.imshow(w[h].numpy(), vmin=0.0, vmax=1.0, cmap="viridis", interpolation="nearest")
-            ax.set_xticks(range(n), labels, rotation=90, fontsize=7)
-            ax.set_yticks(range(n), labels, fontsize=7)
+            lowest = r == len(rows) - 1 or c >= len(rows[r + 1][2])
+            ax.set_xticks(range(n), labels if lowest else [], rotation=90, fontsize=7)
+            ax.set_yticks(range(n), labels if c == 0 else [], fontsize=7)
             ax.tick_params(length=0, pad=1)
             ax.set_title(f"L{layer}H{h}" + (f" ({group})" if group else ""), fontsize=11, pad=3)
             if c == 0:
-                ax.set_ylabel("query", fontsize=8)
-            if r == len(rows) - 1 or c >= len(rows[r + 1][2]):
-                ax.set_xlabel("key", fontsize=8)
-    colorbar = fig.colorbar(image, ax=axes, shrink=min(0.8, 3.0 / len(rows) + 0.2), aspect=30, pad=0.01)
+                ax.set_ylabel("query", fontsize=8, labelpad=1)
+            if lowest:
+                ax.set_xlabel("key", fontsize=8, labelpad=1)
+    bar = fig.add_axes([1 - (right - 0.2) / width, bottom / height, 0.15 / width,
+                        min(panel, height - top - bottom) / height])
+    colorbar = fig.colorbar(image, cax=bar)
     colorbar.set_label("weight / the row's largest weight", fontsize=9)
+    colorbar.ax.tick_params(labelsize=8)
     fig.suptitle(f"attention weights, first {n} tokens (rows: queries, columns: keys)\ncolour: each query's "
-                 "weights divided by its largest (1 = where that query looks most)", fontsize=11)
+                 "weights divided by its largest (1 = where that query looks most)", fontsize=11,
+                 y=1 - 0.1 / height, va="top")
     return fig
 
 

@@ -76,7 +76,7 @@ class StatsConfig:
     importance_batches: int = 8  # validation batches whose examples importance averages over
     plots: bool = True  # attention maps and layer x head heatmaps in <run_dir>/plots
     max_plot_tokens: int = 32  # tokens shown in the attention maps, each labelled
-    picture_passes: int = 10  # statistics passes whose pictures go to TensorBoard/wandb while training (0 = none)
+    picture_passes: int = 5  # statistics passes whose pictures go to TensorBoard/wandb while training (0 = none)
     detector_len: int = 16  # head detectors on random tokens repeated once: 2 x this many (0 = off)
     extra: Dict[str, Any] = field(default_factory=dict)  # name -> {_target_: your statistic class, ...}
 

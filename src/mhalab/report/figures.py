@@ -217,7 +217,7 @@ def heads(arms: list[Arm], out: Path) -> Path | None:
                       ha="right", fontsize=7)
         ax.set_xlim(-0.5, len(arms) - 0.5)
         ax.yaxis.set_major_locator(MaxNLocator(5))
-        ax.set_title(name, fontsize=9)
+        ax.set_title(name + (" (tokens)" if "distance" in name else ""), fontsize=10)
         ax.grid(alpha=0.3, axis="y")
     fig.suptitle(f"head statistics at the end of training: each arm's mean over runs of the mean over layers and "
                  f"heads,\nwith the {INTERVAL} over runs (none for a single run)", fontsize=9)

@@ -193,6 +193,8 @@ class HeadStatsCallback(L.Callback):
         self.importance = importance(pl_module, HEARTBEAT.ticking(batches or [self.probe]))
 
     def draw(self, pl_module) -> None:
+        from matplotlib.image import imread
+
         from mhalab.analysis import plots
         from mhalab.analysis.interactive import write_attention_page
 
@@ -208,8 +210,6 @@ class HeadStatsCallback(L.Callback):
         paths.append(write_attention_page(self.plot_dir / "attention.html", maps, tokens, matrices, "attention of "
                                           f"every head: {self.plot_dir.parent.name}", arch.attention.n_kv_heads))
         self.plot_paths = paths
-        from matplotlib.image import imread
-
         log_images(pl_module.loggers, {p.stem: (imread(p)[..., :3] * 255).astype("uint8") for p in paths
                                        if p.suffix == ".png"}, pl_module.global_step)
 
