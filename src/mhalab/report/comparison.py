@@ -33,6 +33,7 @@ import numpy as np
 
 ALPHA = 0.05
 ENUMERATE_MAX = 250_000
+MEAN_CI_NAME = "95% t interval of the mean"  # what mean_ci gives, as figures and tables name it
 KM_CI_MIN_RUNS = 5  # the Kaplan-Meier median's interval covers ~95% from 5 runs, ~75% at 3 (docs/definitions.md)
 _EPS = 1e-12
 

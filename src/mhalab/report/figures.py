@@ -18,7 +18,7 @@ def short(label: str) -> str:
 
 
 # what comparison.mean_ci draws (the report's interval of one arm's mean), named on every figure that shows it
-INTERVAL = getattr(inf, "MEAN_CI_NAME", "95% percentile-bootstrap interval of the mean")
+INTERVAL = inf.MEAN_CI_NAME
 
 
 def arm_name(a: Arm) -> str:
