@@ -47,7 +47,7 @@ def test_a_non_finite_metric_is_a_failed_job(sweep):
     assert failed["4"]["kind"] == "non-finite" and "val/loss" in failed["4"]["error"]
     assert failed["5"]["kind"] == "non-finite" and "test/acc" in failed["5"]["error"]
     assert sorted(len(a.chosen.runs) for a in r["arms"]) == [2, 2]  # the failed runs are in no arm
-    assert "## Failed jobs (2)" in r["markdown"] and "test/acc is NaN or infinite" in r["markdown"]
+    assert "## Failed jobs (2)" in r["markdown"] and "NaN or infinite: test/acc" in r["markdown"]
 
 
 def test_report_json_is_strict_json(sweep):

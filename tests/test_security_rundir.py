@@ -137,7 +137,7 @@ COPY = {"_target_": "shutil.copyfile", "src": "{ws}/evil.pth", "dst": "{ws}/site
 WRITE_TEXT = {"_target_": "pathlib.Path.write_text", "_args_": [{"_target_": "pathlib.Path", "_args_": ["{ws}/pwned"]},
                                                                   "x"]}
 NESTED = {"_target_": "mhalab.training.callbacks.ProgressLog", "every_n_steps": OPEN}  # an allowed class, bad args
-NO_TOP = {"tasks": [SYSTEM]}  # no _target_ at the top: instantiate still builds the nested one
+NO_TOP = {"tasks": [OPEN]}  # no _target_ at the top: instantiate still builds the nested one
 INTERPOLATED = {"_target_": "mhalab.training.callbacks.ProgressLog",
                 "every_n_steps": "${oc.create:{_target_: builtins.open, file: '{ws}/pwned', mode: w}}"}
 USER = {"_target_": "evilpkg.Task"}
@@ -151,7 +151,7 @@ VECTORS = [
     ("write_text_ablate", "ablate", source(WRITE_TEXT), 2, "pathlib.Path"),
     ("user_class_plots", "plots", source(USER), 2, "--allow evilpkg"),
     ("nested_args_ablate", "ablate", source(NESTED), 2, "builtins.open"),
-    ("nested_no_top_convert", "convert", source(NO_TOP), 2, "os.system"),
+    ("nested_no_top_convert", "convert", source(NO_TOP), 2, "builtins.open"),
     ("interpolation_plots", "plots", source(INTERPOLATED), 2, "interpolation"),
     ("copyfile_report", "report", source(COPY), 0, None),  # report never builds the data
     ("hydra_config_plots", "plots", hydra_config, 0, None),  # analysis never reads .hydra/
@@ -163,6 +163,8 @@ VECTORS = [
     ("seed_path_convert", "convert", set_key("config", "seed", value="../../outside/x"), 2, "config"),
     ("cache_dirs_plots", "plots", both(set_key("config", "data", "cache_dir", value="{ws}/outside/cache"),
                                        set_key("config", "data", "hf_cache_dir", value="{ws}/outside/hf")), 0, None),
+    ("stat_name_plots", "plots", set_key("head_stats", value={"x/../../../outside/y": [[0.5, 0.5]]}), 2,
+     "head_stats"),
     ("task_slash_plots", "plots", set_key("config", "data", "task", value="../../outside/t"), 2, "data.task"),
     ("ablation_link_ablate", "ablate", link("ablation", "outside"), 2, "symbolic link"),
     ("report_file_link_report", "report", link("report/report.json", "outside/victim"), 2, "symbolic link"),
@@ -186,7 +188,8 @@ def command(kind: str, run: Path, ws: Path) -> list[str]:
     }[kind]
 
 
-def attack(ws: Path, name: str, kind: str, edit, extra=()) -> tuple[subprocess.CompletedProcess, Path]:
+def attack(ws: Path, name: str, kind: str, edit, extra=(), marks=()) -> tuple[subprocess.CompletedProcess, Path]:
+    """Copy the run, apply `edit`, run the command; nothing may appear outside the copy but `marks`."""
     run = ws / "vectors" / name / "run"
     for marker in MARKERS:  # each vector on its own: what an earlier one left (before the fix) is gone
         (ws / marker).unlink(missing_ok=True)
@@ -197,7 +200,8 @@ def attack(ws: Path, name: str, kind: str, edit, extra=()) -> tuple[subprocess.C
     before = _files(ws, run.parent)
     r = subprocess.run([sys.executable, "-P", "-m", "mhalab", *command(kind, run, ws), *extra], cwd=ws / "cwd",
                        env=_env(ws, ws / "cwd"), capture_output=True, text=True, timeout=TIMEOUT)
-    assert _files(ws, run.parent) == before, f"{name} wrote outside: {_files(ws, run.parent) - before}"
+    after = _files(ws, run.parent) - {str(ws / m) for m in marks}
+    assert after == before, f"{name} wrote outside: {after - before}"
     return r, run
 
 
@@ -219,7 +223,8 @@ def test_vector(ws, name, kind, edit, code, says):
 def test_grant_comes_from_this_command(ws):
     """The same user class named in a summary is imported once this command grants its package (--allow): the grant
     is the person's, and it works."""
-    r, run = attack(ws, "user_class_granted", "plots", source(USER), extra=["--allow", "evilpkg"])
+    r, run = attack(ws, "user_class_granted", "plots", source(USER), extra=["--allow", "evilpkg"],
+                    marks=["pwned-import"])
     assert (ws / "pwned-import").exists()
     (ws / "pwned-import").unlink()
     assert r.returncode == 2 and "must build an object with an `info`" in r.stderr, r.stderr[-2000:]

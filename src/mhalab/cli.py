@@ -142,7 +142,7 @@ def run_command(command: str, argv: list[str]) -> int:
         if getattr(args, "allow", None):
             from mhalab.config.targets import grant
 
-            grant([p for a in args.allow for p in a.split(",")])
+            grant([pkg for a in args.allow for pkg in a.split(",")])
         if getattr(args, "threads", None) is not None:
             import torch
 

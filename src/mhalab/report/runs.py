@@ -86,7 +86,7 @@ def find_runs(dirs: list[Path]) -> tuple[list[tuple[Path, RunSummary]], list[dic
                 continue
             if s.status == "ok" and s.non_finite():
                 failed.append({"dir": str(job), "overrides": s.overrides, "kind": "non-finite",
-                               "error": f"status ok, but {', '.join(s.non_finite())} is NaN or infinite"})
+                               "error": f"status ok, but NaN or infinite: {', '.join(s.non_finite())}"})
             elif s.status == "ok":
                 runs.append((job, s))
             else:

@@ -178,7 +178,8 @@ def _check_bounds(s: RunSummary, where: str) -> None:
     checks += [("config", isinstance(seed, int) and not isinstance(seed, bool)),
                ("plots", not any(_escapes(v) for v in s.plots)),
                ("checkpoints", not any(v is not None and _escapes(v) for v in s.checkpoints.values())),
-               ("head_stats", all(_matrix(v) for v in s.head_stats.values())),
+               ("head_stats", all(_matrix(v) for v in s.head_stats.values()) and  # names name files (plots)
+                not any(c in k for k in s.head_stats for c in "/\\\0") and "" not in s.head_stats),
                ("head_importance", s.head_importance is None or _matrix(s.head_importance)),
                ("kv_groups", all(len(v) <= MAX_HEADS for v in s.kv_groups.values())),
                ("history", all(len(v) <= MAX_HEADS for v in s.history.values()) and
