@@ -60,12 +60,12 @@ hydra:
     params:
       optim.lr: 1.0e-3,3.0e-3
       seed: "0"
-      attention.n_kv_heads: "1"
+      attention.n_kv_heads: 4,1
 """
 
 
 def test_runner_runs_every_stage_with_its_numerics_and_resumes(tmp_path):
-    """A real design, tiny: stage A (2 rates, 1 arm), the frozen choice, stage B and both second numerics, each
+    """A real design, tiny: stage A (2 rates x 2 arms), the frozen choice, stage B and both second numerics, each
     run recording the numerics it ran under; run again, it starts nothing."""
     conf = tmp_path / "conf" / "experiment"
     conf.mkdir(parents=True)
@@ -77,11 +77,12 @@ def test_runner_runs_every_stage_with_its_numerics_and_resumes(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     design = tmp_path / "logs" / "smoke_design" / "design"
     state = json.loads((design / "state.json").read_text())["-"]
-    assert sorted(state) == sorted(["A"] + [f"{s} attention.n_kv_heads=1" for s in ("B", "avx2", "threads2")])
+    assert sorted(state) == sorted(["A"] + [f"{s} attention.n_kv_heads={k}" for s in ("B", "avx2", "threads2")
+                                            for k in (4, 1)])
     chosen = {a["label"]: a["chosen"] for a in json.loads(
         (Path(state["A"]["dir"]) / "report" / "report.json").read_text())["arms"]}
     for name, seed, cap, threads in (("B", 1, None, 1), ("avx2", 2, "avx2", 1), ("threads2", 3, None, 2)):
-        for k in (1,):
+        for k in (4, 1):
             (summary,) = Path(state[f"{name} attention.n_kv_heads={k}"]["dir"]).glob("*/summary.json")
             s = json.loads(summary.read_text())
             assert s["config"]["seed"] == seed and s["config"]["torch_threads"] == threads
@@ -89,4 +90,4 @@ def test_runner_runs_every_stage_with_its_numerics_and_resumes(tmp_path):
             assert s["config"]["optim"]["lr"] == float(chosen[f"attention.n_kv_heads={k}"].split("=")[1])
         assert (design / "all" / f"report-{name}" / "report.json").exists()
     again = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and "mhalab train" not in again.stdout and again.stdout.count(": done,") == 4
+    assert again.returncode == 0 and "mhalab train" not in again.stdout and again.stdout.count(": done,") == 7
