@@ -126,6 +126,8 @@ def run_stratum(experiment: str, stratum: list[str], p: dict, numerics: list[str
 
     a_dir = stage("A", [])
     report([a_dir], a_dir / "report", p["baseline"])
+    if p["threshold"] is not None:  # the curve: escape rate and median steps against the learning rate, per arm
+        subprocess.run([sys.executable, str(REPO / "scripts" / "lr_curve.py"), str(a_dir / "report")], check=True)
     stop = censored_baseline(a_dir, p["baseline"], p["threshold"])
     if stop:
         sys.exit(f"[{key}] {stop}")
