@@ -1,5 +1,7 @@
 """Pilot cost of the issue-27 designs: CPU seconds per training step, one torch thread, as the slope between two
-run lengths of the same config (start-up and one final validation cancel), plus each run's start-up CPU.
+run lengths of the same config (start-up and one final validation cancel), plus each run's start-up CPU (the
+intercept: imports, and data preparation when the scratch folder's cache does not hold the task yet). Child CPU time
+counts what the run computed whatever else the machine runs; wall time on a shared machine does not.
 
     cd <scratch folder> && python scripts/measure_step_cost.py [case ...]   # writes pilot_<case>.json
 """
@@ -36,6 +38,8 @@ for name, (ov, n1, n2) in CASES.items():
         p = subprocess.run(MH + ov + [f"trainer.max_steps={n}", f"trainer.val_check_interval={n}",
                                       "trainer.max_epochs=null", "trainer.check_val_every_n_epoch=null",
                                       f"task_name={task}"], capture_output=True, text=True)
+        if p.returncode != 0:
+            sys.exit(f"pilot {task} failed (exit {p.returncode}): {p.stderr[-2000:]}")
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
         s = sorted(glob.glob(f"logs/{task}/runs/*/summary.json"))[-1]

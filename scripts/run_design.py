@@ -22,12 +22,12 @@ the design then needs a longer budget, declared before anything more runs.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import subprocess
 import sys
 import tarfile
-import io
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
