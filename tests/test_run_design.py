@@ -81,6 +81,8 @@ def test_runner_runs_every_stage_with_its_numerics_and_resumes(tmp_path):
                                             for k in (4, 1)])
     chosen = {a["label"]: a["chosen"] for a in json.loads(
         (Path(state["A"]["dir"]) / "report" / "report.json").read_text())["arms"]}
+    curve = (Path(state["A"]["dir"]) / "report" / "lr_curve.csv").read_text().splitlines()
+    assert len(curve) == 1 + 2 * 2 and (Path(state["A"]["dir"]) / "report" / "lr_curve.png").exists()  # arms x rates
     for name, seed, cap, threads in (("B", 1, None, 1), ("avx2", 2, "avx2", 1), ("threads2", 3, None, 2)):
         for k in (4, 1):
             (summary,) = Path(state[f"{name} attention.n_kv_heads={k}"]["dir"]).glob("*/summary.json")
