@@ -104,7 +104,9 @@ def test_cli_compares_with_an_mha_control_of_equal_total_steps_over_seeds(tiny_r
     assert arms[("GQA-2 from scratch", "random", "uptraining steps only")] == 2
     assert arms[("GQA-2 from scratch", "random", "same total steps")] == 5  # as many steps as the converted model
     assert all(r["n"] == 2 and r["ci95_low"] <= r["bpb"] <= r["ci95_high"] for r in res["table"])
-    comparisons = {c["comparison"]: c for c in res["comparisons"]}
+    comparisons = {c["comparison"]: c for c in res["comparisons"] if "negative control" not in c["comparison"]}
+    negative = [c for c in res["comparisons"] if "negative control" in c["comparison"]]  # with --margin: the inits
+    assert [c["comparison"] for c in negative] == ["first init - source (before uptraining; negative control)"]
     assert set(comparisons) == {"mean-pool - first (before uptraining)", "mean-pool - first (after uptraining)",
                                 "mean-pool - MHA control (same total steps)",
                                 "mean-pool - GQA from scratch (same total steps)"}

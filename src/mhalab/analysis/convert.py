@@ -212,7 +212,29 @@ def summarise(rows: list[dict[str, Any]], key: str, margin: float | None = None)
         c["p_holm"] = adj
         if adj is not None and not c.get("degenerate"):
             c["verdict"] = "separated" if adj < 0.05 else "not separated"
+    if margin is not None:
+        comparisons += negative_controls(at, values(lambda r: r["stage"] == "trained"), margin)
     return table, comparisons
+
+
+def negative_controls(at, source: dict, margin: float) -> list[dict]:
+    """Inits that must FAIL the equivalence test with the source (outside the Holm family: their TOST is the
+    point): KV heads converted by a random or first-head init, before uptraining. One that passes means the margin
+    cannot tell a broken model from the source (issue 27), and the verdict says so."""
+    out = []
+    for init in ("random", "first"):
+        a = at(init, "before uptraining")
+        common = sorted(set(a) & set(source), key=str)
+        if len(common) < 2:
+            continue
+        t = tost([a[s] - source[s] for s in common], margin)
+        out.append({"comparison": f"{init} init - source (before uptraining; negative control)",
+                    **paired([a[s] - source[s] for s in common]).to_dict(), "tost_margin": margin, "tost_p": t["p"],
+                    "equivalence": f"{'EQUIVALENT' if t['equivalent'] else 'not equivalent'} within ±{margin:g} "
+                                   f"(TOST p {t['p']:.2g})",
+                    "verdict": "negative control PASSED equivalence: the margin cannot fail" if t["equivalent"]
+                    else "negative control fails equivalence, as it must"})
+    return out
 
 
 def plot_conversion(table: list[dict], key: str, path: Path, g: int, task: str):

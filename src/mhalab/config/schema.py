@@ -313,6 +313,47 @@ class EndpointConfig:
                                   "that choose each arm's tuned value)")
 
 
+NUMERICS = ("avx2", "threads2")  # the second numerics a verdict is re-run under (scripts/run_design.py): torch's AVX2
+#   kernels (ATEN_CPU_CAPABILITY=avx2) or 2 torch threads instead of 1
+
+
+@dataclass
+class DesignConfig:
+    """An experiment's declared plan beyond stage A (`scripts/run_design.py` runs it; recorded with every run).
+
+    Stage A is the sweep itself (its grid on endpoint.selection_seeds); then each arm's chosen value is run on the
+    fresh stage-B seeds, and again on each second numerics' own fresh seeds."""
+
+    stage_b_seeds: List[int] = field(default_factory=list)  # fresh seeds at each arm's chosen value
+    numerics_seeds: Dict[str, List[int]] = field(default_factory=dict)  # avx2 | threads2 -> its own fresh seeds
+    strata: List[str] = field(default_factory=list)  # overrides run as separate sweeps, each reported on its own
+    #   (e.g. "data.mqar.n_kv_pairs=8 data.mqar.seq_len=64"); empty: one sweep
+    baseline: Optional[str] = None  # the arm each report compares with (mhalab report --baseline)
+
+    def __post_init__(self):
+        for name in self.numerics_seeds:
+            check_choice("design.numerics_seeds", name, NUMERICS)
+        for key, seeds in [("design.stage_b_seeds", self.stage_b_seeds)] + \
+                [(f"design.numerics_seeds.{n}", s) for n, s in self.numerics_seeds.items()]:
+            for seed in seeds:
+                if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+                    raise ConfigError(f"{key} entry {seed!r}: give non-negative integer seeds")
+        for stratum in self.strata:
+            if not isinstance(stratum, str) or not stratum.split() or \
+                    not all("=" in o and not o.startswith("=") for o in stratum.split()):
+                raise ConfigError(f"design.strata entry {stratum!r}: give space-separated overrides key=value")
+
+    def check_fresh(self, selection_seeds: List[int]) -> None:
+        """Every stage's seeds are its own: no seed of stage A, stage B or one numerics is used by another."""
+        stages = [("endpoint.selection_seeds", selection_seeds), ("design.stage_b_seeds", self.stage_b_seeds)] + \
+            [(f"design.numerics_seeds.{n}", s) for n, s in self.numerics_seeds.items()]
+        for i, (k1, s1) in enumerate(stages):
+            for k2, s2 in stages[i + 1:]:
+                if set(s1) & set(s2):
+                    raise ConfigError(f"{k2} shares seeds {sorted(set(s1) & set(s2))} with {k1}: each stage needs "
+                                      "fresh seeds")
+
+
 @dataclass
 class TrainConfig:
     """A whole training run: `mhalab train` composes it from `conf/train.yaml` and its groups."""
@@ -339,6 +380,7 @@ class TrainConfig:
     paths: PathsConfig = field(default_factory=PathsConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
+    design: DesignConfig = field(default_factory=DesignConfig)
     optimized_metric: str = "val/loss"  # the final metric a run returns to Hydra's sweeper (Optuna's objective);
     #   its direction follows the metric (mhalab.report.comparison.lower_is_better): losses and bpb are minimised,
     #   accuracies maximised (hydra/sweeper=search sets direction from it)
@@ -350,6 +392,7 @@ class TrainConfig:
             check_int("torch_threads", self.torch_threads, 1, 4096)
         if not isinstance(self.resume, (bool, str)):
             raise ConfigError(f"resume={self.resume!r}: resume must be true, false or a run directory")
+        self.design.check_fresh(self.endpoint.selection_seeds)
         resolve_heads(self.model.d_model, self.attention.n_heads, self.attention.n_kv_heads, self.attention.d_head,
                       "attention.")
         if self.data.max_len > self.model.max_len:

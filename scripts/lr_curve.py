@@ -1,0 +1,68 @@
+"""Learning rate as a curve (issue 27): per arm, the fraction of runs reaching the endpoint threshold and the median
+steps to it, against the learning rate, from a report's runs.csv (stage A: every rate on the selection seeds).
+
+    python scripts/lr_curve.py logs/<task>/multiruns/<stage A>/report [--out lr_curve.png]
+
+Writes lr_curve.csv (arm, lr, runs, reached, median_steps over the runs that reached) and lr_curve.png beside it.
+The median is over the runs that reached the threshold (their steps are observed); `reached` says how many.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+from pathlib import Path
+
+from mhalab.analysis.plots import new_figure
+from mhalab.tables import write_csv
+
+
+def curve(rows: list[dict]) -> list[dict]:
+    """One row per (arm, learning rate): runs, runs reaching the threshold, median steps of those."""
+    cells: dict[tuple[str, float], list[dict]] = {}
+    for r in rows:
+        lr = [float(o.split("=")[1]) for o in r["cell"].split(", ") if o.startswith("optim.lr=")]
+        if not lr:
+            sys.exit(f"runs.csv cell {r['cell']!r} has no optim.lr: this is not a learning-rate sweep")
+        cells.setdefault((r["arm"], lr[0]), []).append(r)
+    out = []
+    for (arm, lr), rs in sorted(cells.items()):
+        steps = [int(float(r["threshold_step"])) for r in rs if r["reached"] == "True" and r["threshold_step"]]
+        out.append({"arm": arm, "lr": lr, "runs": len(rs), "reached": len(steps),
+                    "median_steps": statistics.median(steps) if steps else None})
+    return out
+
+
+def plot(points: list[dict], path: Path) -> None:
+    fig = new_figure(figsize=(9, 3.6))
+    ax1, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    for arm in dict.fromkeys(p["arm"] for p in points):
+        ps = [p for p in points if p["arm"] == arm]
+        ax1.plot([p["lr"] for p in ps], [p["reached"] / p["runs"] for p in ps], "o-", label=arm)
+        reached = [p for p in ps if p["median_steps"] is not None]
+        ax2.plot([p["lr"] for p in reached], [p["median_steps"] for p in reached], "o-", label=arm)
+    for ax, y in ((ax1, "fraction of runs reaching the threshold"), (ax2, "median steps to it (runs that did)")):
+        ax.set_xscale("log")
+        ax.set_xlabel("learning rate")
+        ax.set_ylabel(y, fontsize=8)
+    ax2.set_yscale("log")
+    ax1.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str]) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("report", type=Path, help="a report folder holding runs.csv")
+    args = p.parse_args(argv)
+    with open(args.report / "runs.csv", newline="") as f:
+        points = curve(list(csv.DictReader(f)))
+    write_csv(args.report / "lr_curve.csv", ["arm", "lr", "runs", "reached", "median_steps"], points)
+    plot(points, args.report / "lr_curve.png")
+    print(f"wrote {args.report / 'lr_curve.csv'} and lr_curve.png", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,190 @@
+"""Run a declared design (issue 27) in the background: stage A, the choice, stage B, the second numerics.
+
+    nohup python scripts/run_design.py EXPERIMENT > logs/EXPERIMENT-design.log 2>&1 &
+    python scripts/run_design.py EXPERIMENT [--numerics avx2,threads2] [--strata 0,2] [-- extra overrides]
+
+The plan is the experiment config's (src/mhalab/conf/experiment/EXPERIMENT.yaml): stage A is its sweep (the grid
+on endpoint.selection_seeds), once per design.strata entry; `mhalab report` then picks each arm's tuned value on
+those seeds (scripts/tuned_sweep.py's rule) and it is frozen; stage B runs each arm's chosen value on
+design.stage_b_seeds, and each design.numerics_seeds entry runs it again on its own fresh seeds: avx2 with
+ATEN_CPU_CAPABILITY=avx2 (two jobs, one thread each), threads2 with 2 torch threads (one job at a time). Every
+stage writes a report (stage A alone; A with each fresh stage) beside the runs, under
+logs/EXPERIMENT/design/<stratum>/.
+
+Run from the folder that holds `logs/` (or set MHALAB_ROOT). The code is a frozen copy of the committed src/
+(git archive of HEAD, under logs/EXPERIMENT/design/code-<commit>/), so editing the tree while a design runs changes
+nothing; a tree with uncommitted changes under src/ is refused. Resumable: run the same command again; finished
+stages are skipped (logs/EXPERIMENT/design/state.json) and a started one continues with resume=true. Stage B does
+not start when the baseline's chosen cell left a stage-A run short of the endpoint threshold (censored baseline):
+the design then needs a longer budget, declared before anything more runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+import tuned_sweep  # noqa: E402  (one rule for running a sweep and reading each arm's choice)
+
+NUMERICS = {  # name -> (environment, overrides): the second numerics of design.numerics_seeds
+    "default": ({}, []),
+    "avx2": ({"ATEN_CPU_CAPABILITY": "avx2"}, ["torch_threads=1"]),
+    "threads2": ({}, ["torch_threads=2", "hydra.launcher.n_jobs=1"]),
+}
+PLAN = """import json, sys
+from omegaconf import OmegaConf
+from mhalab.runs.preflight import compose, validate
+cfg = compose(sys.argv[2:], config_dir=sys.argv[1] or None)
+t = validate(cfg)
+print(json.dumps({"task_name": t.task_name, "selection_seeds": t.endpoint.selection_seeds,
+                  "threshold": t.endpoint.threshold, "sweep_seeds": str(cfg.hydra.sweeper.params.get("seed", "")),
+                  "stage_b_seeds": t.design.stage_b_seeds, "numerics_seeds": t.design.numerics_seeds,
+                  "strata": t.design.strata, "baseline": t.design.baseline}))
+"""
+
+
+def frozen_code(dest: Path) -> Path:
+    """A copy of HEAD's src/ under dest/code-<commit> (made once); refuses a tree with uncommitted src/ changes."""
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "src"], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    if dirty:
+        sys.exit("src/ has uncommitted changes: commit the design before running it (its README names the commit)")
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    code = dest / f"code-{commit[:12]}"
+    if not (code / "src" / "mhalab").is_dir():
+        tar = subprocess.run(["git", "-C", str(REPO), "archive", commit, "src"], capture_output=True, check=True)
+        tarfile.open(fileobj=io.BytesIO(tar.stdout)).extractall(code, filter="data")
+    return code / "src"
+
+
+def plan(experiment: str, stratum: list[str], config_dir: str | None = None) -> dict:
+    """The design as the experiment config declares it (composed and checked by mhalab's preflight)."""
+    out = subprocess.run([sys.executable, "-c", PLAN, config_dir or "", f"experiment={experiment}", *stratum],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"experiment={experiment} {' '.join(stratum)} does not compose: {out.stderr.strip()[-2000:]}")
+    p = json.loads(out.stdout.strip().splitlines()[-1])
+    sweep = sorted(int(s) for s in p["sweep_seeds"].split(",")) if p["sweep_seeds"] else []
+    if sorted(p["selection_seeds"]) != sweep:
+        sys.exit(f"experiment={experiment}: the sweep's seeds {sweep} are not endpoint.selection_seeds "
+                 f"{p['selection_seeds']} (stage A runs exactly the selection seeds)")
+    return p
+
+
+def report(dirs: list[Path], out: Path, baseline: str | None) -> None:
+    cmd = [*tuned_sweep.MHALAB, "report", *map(str, dirs), "--out", str(out)]
+    print("$ mhalab report " + " ".join(cmd[3:]) + (f" --baseline {baseline}" if baseline else ""), flush=True)
+    subprocess.run(cmd + (["--baseline", baseline] if baseline else []), check=True)
+
+
+def censored_baseline(a_dir: Path, baseline: str | None, threshold: float | None) -> str | None:
+    """A sentence when the baseline arm's chosen cell has a stage-A run that did not reach the threshold."""
+    if baseline is None or threshold is None:
+        return None
+    arms = json.loads((a_dir / "report" / "report.json").read_text())["arms"]
+    for arm in arms:
+        if arm["label"] == baseline or baseline in arm["label"].split(", "):
+            cell = arm["cells"].get(arm["chosen"], {})
+            k, n = cell.get("rate", [0, 0])
+            if k < n:
+                return (f"baseline {baseline} at its chosen {arm['chosen']} reached {threshold} on {k} of {n} stage-A "
+                        "runs: the budget is too short (censored baseline); declare a longer one before stage B")
+    return None
+
+
+def run_stratum(experiment: str, stratum: list[str], p: dict, numerics: list[str], state: dict, save,
+                folder: Path, extra: list[str]) -> None:
+    key = " ".join(stratum) or "-"
+    done = state.setdefault(key, {})
+
+    def stage(name: str, args: list[str], env: dict | None = None) -> Path:
+        if name in done and done[name].get("dir"):
+            print(f"[{key}] {name}: done, {done[name]['dir']}", flush=True)
+            return Path(done[name]["dir"])
+        resume = ["resume=true"] if done.get(name, {}).get("started") else []
+        done[name] = {"started": True}
+        save()
+        old = dict(os.environ)
+        os.environ.update(env or {})
+        try:
+            d = tuned_sweep.train([*extra, f"experiment={experiment}", *stratum, *args, *resume])
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+        done[name] = {"started": True, "dir": str(d)}
+        save()
+        return d
+
+    a_dir = stage("A", [])
+    report([a_dir], a_dir / "report", p["baseline"])
+    if p["threshold"] is not None:  # the curve: escape rate and median steps against the learning rate, per arm
+        subprocess.run([sys.executable, str(REPO / "scripts" / "lr_curve.py"), str(a_dir / "report")], check=True)
+    stop = censored_baseline(a_dir, p["baseline"], p["threshold"])
+    if stop:
+        sys.exit(f"[{key}] {stop}")
+    cells = tuned_sweep.chosen_cells([a_dir])
+    runs = [("B", "default", p["stage_b_seeds"])] + [(n, n, p["numerics_seeds"][n]) for n in numerics
+                                                    if n in p["numerics_seeds"]]
+    for name, kind, seeds in runs:
+        if not seeds:
+            continue
+        env, over = NUMERICS[kind]
+        dirs = [stage(f"{name} {' '.join(arm)}", [f"seed={','.join(map(str, seeds))}", *arm, *chosen, *over], env)
+                for arm, chosen in cells]
+        report([a_dir, *dirs], folder / f"report-{name}", p["baseline"])
+
+
+def main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("experiment")
+    ap.add_argument("--numerics", default="avx2,threads2", help="second numerics to run after stage B, in order")
+    ap.add_argument("--strata", default=None, help="run only these strata (indices into design.strata, e.g. 0,2)")
+    ap.add_argument("--config-dir", default=None, help="your own config folder (mhalab train --config-dir)")
+    ap.add_argument("--no-freeze", action="store_true", help="run the code on PYTHONPATH, not a frozen copy of HEAD "
+                    "(tests; a design's recorded runs use the frozen copy)")
+    args, extra = ap.parse_known_args(argv)
+    extra = [a for a in extra if a != "--"]
+    if args.config_dir:
+        extra = ["--config-dir", args.config_dir, *extra]
+    root = Path(os.environ.get("MHALAB_ROOT", "."))
+    p = plan(args.experiment, [], args.config_dir)
+    base = root / "logs" / p["task_name"] / "design"
+    base.mkdir(parents=True, exist_ok=True)
+    if not args.no_freeze:
+        os.environ["PYTHONPATH"] = str(frozen_code(base))
+    os.environ["PYTHONNOUSERSITE"] = "1"
+    print(f"design {args.experiment}: code {os.environ.get('PYTHONPATH', 'installed')}; extra overrides "
+          f"{extra or 'none'}", flush=True)
+    numerics = [n for n in args.numerics.split(",") if n]
+    for n in numerics:
+        if n not in NUMERICS or n == "default":
+            sys.exit(f"--numerics {n!r}: give a comma-separated list of avx2, threads2")
+    state_file = base / "state.json"
+    state = json.loads(state_file.read_text()) if state_file.exists() else {}
+
+    def save() -> None:
+        tmp = state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=1))
+        tmp.replace(state_file)
+
+    strata = [s.split() for s in p["strata"]] or [[]]
+    chosen = range(len(strata)) if args.strata is None else [int(i) for i in args.strata.split(",")]
+    for i in chosen:
+        folder = base / (f"stratum{i}" if p["strata"] else "all")
+        folder.mkdir(exist_ok=True)
+        run_stratum(args.experiment, strata[i], plan(args.experiment, strata[i], args.config_dir), numerics, state,
+                    save, folder, extra)
+    print(f"design {args.experiment}: done; reports under {base}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
