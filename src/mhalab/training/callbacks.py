@@ -269,7 +269,7 @@ class ProgressLog(L.Callback):
         if not trainer.sanity_checking:
             self._val_t0 = time.perf_counter()
             closing = " (closing)" if trainer.state.fn == "validate" else ""
-            self._enter(trainer, f"validation{closing} at step {trainer.global_step}", sum(trainer.num_val_batches))
+            self._enter(trainer, f"validation{closing} at step {trainer.global_step}", _count(trainer.num_val_batches))
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         if not trainer.sanity_checking:
@@ -287,7 +287,7 @@ class ProgressLog(L.Callback):
             HEARTBEAT.printed()
 
     def on_test_start(self, trainer, pl_module) -> None:
-        self._enter(trainer, "test", sum(trainer.num_test_batches))
+        self._enter(trainer, "test", _count(trainer.num_test_batches))
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         HEARTBEAT.tick()
@@ -298,6 +298,12 @@ class ProgressLog(L.Callback):
     def on_exception(self, trainer, pl_module, exception) -> None:
         while self._phases:
             self._exit()
+
+
+def _count(batches: list) -> int | None:
+    """The batches of all of an evaluation's dataloaders, None when one has no length."""
+    total = sum(batches)
+    return int(total) if math.isfinite(total) else None
 
 
 def validation_due(trainer) -> bool:
