@@ -46,7 +46,7 @@ def test_every_phase_prints_and_the_closing_validation_is_shown(run_train):
     assert r.returncode == 0, r.stderr
     out = r.stdout
     for start in ("validation (closing) at step 2: started (2 batches)", "test: started (2 batches)",
-                  "end of run: statistics: started", "end of run: importance: started (2 batches)",
+                  "end of run: importance: started (2 batches)",
                   "end of run: plots: started"):
         assert start in out, start
     # drawing takes seconds: the heartbeat speaks during it, with the time so far and an ETA field

@@ -150,8 +150,10 @@ class HeadStatsCallback(L.Callback):
         """Run one extra as a phase of the console's heartbeat; a stop signal stops the run (it stays resumable:
         `resume` computes the extras), any other failure is recorded."""
         try:
+            _stop_if_requested()
             with HEARTBEAT.phase(f"end of run: {what}", total):
                 fn()
+            _stop_if_requested()  # the signal's exception may have been swallowed (e.g. by a logging handler)
         except Interrupted:
             raise
         except Exception as e:  # noqa: BLE001 - an extra must never lose the run's results
@@ -195,6 +197,11 @@ class HeadStatsCallback(L.Callback):
             "plots": [str(p) for p in self.plot_paths],
             "extras_errors": list(self.errors),
         }
+
+
+def _stop_if_requested() -> None:
+    if SIGNALS.received is not None:
+        raise Interrupted(SIGNALS.received)
 
 
 def log_images(loggers, paths: list[Path], step: int) -> None:
