@@ -67,6 +67,7 @@ class HeadStatsCallback(L.Callback):
         self.importance: Tensor | None = None  # (n_layers, n_heads)
         self.plot_paths: list[Path] = []
         self.errors: list[str] = []
+        self.measured_step: int | None = None  # the step of the latest measurement
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.probe is None and trainer.datamodule is not None:
@@ -139,7 +140,7 @@ class HeadStatsCallback(L.Callback):
         mhalab.training.train once the final weights are known)."""
         if not (self.cfg.enabled and trainer.is_global_zero):
             return
-        if getattr(self, "measured_step", None) != pl_module.global_step:  # else measured on these weights
+        if self.measured_step != pl_module.global_step:  # else measured on these weights already
             self._guarded("statistics", lambda: self.update(pl_module))
         if self.cfg.importance:
             self._guarded("importance", lambda: self._importance(trainer, pl_module), self.cfg.importance_batches)
