@@ -46,7 +46,7 @@ def test_every_phase_prints_and_the_closing_validation_is_shown(run_train):
     assert r.returncode == 0, r.stderr
     out = r.stdout
     for start in ("validation (closing) at step 2: started (2 batches)", "test: started (2 batches)",
-                  "end of run: statistics: started", "end of run: importance: started (2 batches)",
+                  "end of run: importance: started (2 batches)",
                   "end of run: plots: started"):
         assert start in out, start
     # drawing takes seconds: the heartbeat speaks during it, with the time so far and an ETA field
@@ -186,6 +186,10 @@ def test_a_mistyped_key_gets_a_did_you_mean_before_hydras_append_hint(train):
                                 "attention are n_heads, n_kv_heads, d_head, backend, dropout (mhalab/config/schema.py)")
     r = train("trainer.val_check_intervall=2")
     assert r.returncode == 2 and "did you mean val_check_interval?" in r.stderr and "+trainer" not in r.stderr
+    r = train("callbacks.progress_log.every_n_step=2")  # a node of free keys: adding one with + is allowed
+    assert r.returncode == 2 and r.stderr.strip().endswith(
+        "did you mean every_n_steps? keys of callbacks.progress_log are _target_, every_n_steps, heartbeat_s; "
+        "+callbacks.progress_log.every_n_step=VALUE adds it as a new key")
 
 
 def test_trainer_settings_are_checked_against_the_batches_of_the_data():

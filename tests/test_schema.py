@@ -120,7 +120,7 @@ BAD = [
     (["attention.d_head=100000000"], "GiB"),  # the memory estimate: about 800 GiB of parameters and optimizer state
     (["model.param_match={n_heads:3}"], "model.param_match"),
     (["+model.param_match={n_heads:3}"], "cannot be composed"),
-    (["attention.n_head=4"], "+attention.n_head"),  # Hydra's own hint is kept
+    (["attention.n_head=4"], "did you mean n_heads?"),  # not Hydra's hint to add it: the schema has no such key
     (["+attention.n_head=4"], "n_head"),
     # data
     (["data=bbc"], "Available options in 'data'"),

@@ -94,9 +94,10 @@ def check_choice(key: str, value: Any, allowed: tuple) -> Any:
     return value
 
 
-def unknown_key(key: str, keys) -> ConfigError:
+def unknown_key(key: str, keys, addable: bool = False) -> ConfigError:
     """The sentence for a key that does not exist (`key` dotted, `keys` those of its parent), with the closest
-    existing key as a guess: "attention.n_head is not a key of attention; did you mean n_heads? keys of ..."."""
+    existing key as a guess: "attention.n_head is not a key of attention; did you mean n_heads? keys of ...";
+    `addable`: a node of free keys (not a schema's), where Hydra's `+key=value` adds one."""
     import difflib
 
     parent, _, name = key.rpartition(".")
@@ -104,8 +105,8 @@ def unknown_key(key: str, keys) -> ConfigError:
     where = parent or "the config"
     guess = difflib.get_close_matches(name, keys, n=1, cutoff=0.6)
     hint = f"; did you mean {guess[0]}?" if guess else ";"
-    return ConfigError(f"{key} is not a key of {where}{hint} keys of {where} are {', '.join(keys)} "
-                       "(mhalab/config/schema.py)")
+    source = f"; +{key}=VALUE adds it as a new key" if addable else " (mhalab/config/schema.py)"
+    return ConfigError(f"{key} is not a key of {where}{hint} keys of {where} are {', '.join(keys)}{source}")
 
 
 def _range(low, high) -> str:

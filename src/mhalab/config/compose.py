@@ -278,7 +278,7 @@ def _missing_key(e: BaseException) -> ConfigError | None:
         parent = getattr(err, "parent_node", None)
         if isinstance(err, (ConfigAttributeError, ConfigKeyError)) and OmegaConf.is_dict(parent) and \
                 getattr(err, "full_key", None) and getattr(err, "key", None) not in parent:
-            return unknown_key(err.full_key, list(parent.keys()))
+            return unknown_key(err.full_key, list(parent.keys()), addable=OmegaConf.get_type(parent) is dict)
     return None
 
 

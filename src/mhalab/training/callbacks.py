@@ -68,6 +68,7 @@ class HeadStatsCallback(L.Callback):
         self.plot_paths: list[Path] = []
         self._next = 0  # the first step whose statistics pass sends pictures to the loggers
         self.errors: list[str] = []
+        self.measured_step: int | None = None  # the step of the latest measurement
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.probe is None and trainer.datamodule is not None:
@@ -155,14 +156,19 @@ class HeadStatsCallback(L.Callback):
                                              pl_module.arch.attention.n_kv_heads)
             log_images(pl_module.loggers, images, step)
 
-        self._guarded("pictures while training", draw)
+        try:  # during training: not an end-of-run extra (no heartbeat phase), and a failure never stops the run
+            draw()
+        except Exception as e:  # noqa: BLE001
+            message = f"pictures while training failed: {type(e).__name__}: {e}"
+            log.error("head statistics: %s (the run goes on)", message)
+            self.errors.append(message)
 
     def finish(self, trainer, pl_module) -> None:
         """The end-of-training extras: a last measurement, importance and pictures (called by
         mhalab.training.train once the final weights are known)."""
         if not (self.cfg.enabled and trainer.is_global_zero):
             return
-        if getattr(self, "measured_step", None) != pl_module.global_step:  # else measured on these weights
+        if self.measured_step != pl_module.global_step:  # else measured on these weights already
             self._guarded("statistics", lambda: self.update(pl_module))
         if self.cfg.importance:
             self._guarded("importance", lambda: self._importance(trainer, pl_module), self.cfg.importance_batches)
@@ -173,8 +179,10 @@ class HeadStatsCallback(L.Callback):
         """Run one extra as a phase of the console's heartbeat; a stop signal stops the run (it stays resumable:
         `resume` computes the extras), any other failure is recorded."""
         try:
+            _stop_if_requested()
             with HEARTBEAT.phase(f"end of run: {what}", total):
                 fn()
+            _stop_if_requested()  # the signal's exception may have been swallowed (e.g. by a logging handler)
         except Interrupted:
             raise
         except Exception as e:  # noqa: BLE001 - an extra must never lose the run's results
@@ -230,6 +238,11 @@ class HeadStatsCallback(L.Callback):
             "plots": [str(p) for p in self.plot_paths],
             "extras_errors": list(self.errors),
         }
+
+
+def _stop_if_requested() -> None:
+    if SIGNALS.received is not None:
+        raise Interrupted(SIGNALS.received)
 
 
 def image_loggers(loggers) -> list:
@@ -306,7 +319,7 @@ class ProgressLog(L.Callback):
         if not trainer.sanity_checking:
             self._val_t0 = time.perf_counter()
             closing = " (closing)" if trainer.state.fn == "validate" else ""
-            self._enter(trainer, f"validation{closing} at step {trainer.global_step}", sum(trainer.num_val_batches))
+            self._enter(trainer, f"validation{closing} at step {trainer.global_step}", _count(trainer.num_val_batches))
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         if not trainer.sanity_checking:
@@ -324,7 +337,7 @@ class ProgressLog(L.Callback):
             HEARTBEAT.printed()
 
     def on_test_start(self, trainer, pl_module) -> None:
-        self._enter(trainer, "test", sum(trainer.num_test_batches))
+        self._enter(trainer, "test", _count(trainer.num_test_batches))
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         HEARTBEAT.tick()
@@ -335,6 +348,12 @@ class ProgressLog(L.Callback):
     def on_exception(self, trainer, pl_module, exception) -> None:
         while self._phases:
             self._exit()
+
+
+def _count(batches: list) -> int | None:
+    """The batches of all of an evaluation's dataloaders, None when one has no length."""
+    total = sum(batches)
+    return int(total) if math.isfinite(total) else None
 
 
 def validation_due(trainer) -> bool:

@@ -323,6 +323,7 @@ def _fit(job: _Job) -> RunSummary:
         if hasattr(cb, "finish"):
             cb.finish(trainer, module)
             extras.update(cb.summary())
+    stop.check()  # a signal during the extras stops here at the latest: `resume` computes them
     t_test = time.perf_counter()
     test_metrics: dict[str, float] = {}
     test_ckpt = _test_checkpoint(best, module, tc, last.path)
