@@ -26,7 +26,7 @@ from mhalab.data.arrow import load_splits
 from mhalab.model import build_model
 from mhalab.training.module import lr_lambda
 splits = load_splits(spec["folder"])
-data = {name: splits[name].stacked() for name in ("train", "validation", "test")}
+data = {name: {c: splits[name][c] for c in ("input_ids", "labels")} for name in ("train", "validation", "test")}
 arch, o, B, steps = Architecture.from_dict(spec["arch"]), spec["optim"], spec["batch_size"], spec["steps"]
 for seed in range(spec["runs"]):
     torch.manual_seed(seed)
