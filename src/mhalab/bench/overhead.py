@@ -141,8 +141,7 @@ def run_overhead(cfg) -> dict:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
-    from mhalab.config.compose import resolved
-    from mhalab.runs.preflight import compose, validate
+    from mhalab.runs.preflight import check_job, compose
     from mhalab.training.train import train
 
     out, info = start(cfg, "overhead", torch.device("cpu"))
@@ -154,7 +153,7 @@ def run_overhead(cfg) -> dict:
                      f"hydra.run.dir={run_dir}", f"paths.log_dir={root}/logs",
                      *([f"data.cache_dir={cfg.cache_dir}"] if cfg.cache_dir else [])]
         composed = compose(overrides)
-        tc = validate(composed, resolved(composed, str(run_dir)))
+        tc = check_job(composed, run_dir, cli=overrides)  # every check a job gets, as `mhalab train` does
         HydraConfig.instance().set_config(composed)  # the loggers' ${hydra:runtime.output_dir}, as in a job
         with open_dict(tc.callbacks):
             tc.callbacks["bench_plain_rounds"] = {"_target_": "mhalab.bench.overhead.PlainRounds",
