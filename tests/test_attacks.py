@@ -289,3 +289,120 @@ def test_offline_wandb_sends_nothing_not_even_its_usage_metrics(ws, data_cache, 
     assert r.returncode == 0, r.stderr[-2000:]
     assert list(root.rglob("offline-run-*")), "wandb did not run offline"
     assert listener.connections == 0
+
+
+# -- a copied run directory handed to `mhalab plots` and `report` -------------------------------------------------
+
+def analysis(ws: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "MHALAB_ALLOW"}
+    env.update({"PYTHONPATH": str(REPO / "src"), "AWS_SECRET_ACCESS_KEY": SECRET, "MHALAB_ROOT": str(cwd)})
+    return subprocess.run([sys.executable, "-P", "-m", "mhalab", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=180)
+
+
+def copy_run(ws: Path, name: str, change=None) -> Path:
+    import json
+
+    run = ws / "copies" / name
+    shutil.copytree(ws / "base", run, symlinks=True)
+    if change is not None:
+        d = json.loads((run / "summary.json").read_text())
+        change(d)
+        (run / "summary.json").write_text(json.dumps(d))
+    return run
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero"])
+def test_a_summary_that_is_a_fifo_or_a_device_is_refused_without_waiting(ws, kind):
+    run = copy_run(ws, kind.strip("/").replace("/", "_"))
+    (run / "summary.json").unlink()
+    if kind == "fifo":
+        os.mkfifo(run / "summary.json")
+    else:
+        (run / "summary.json").symlink_to(kind)
+    r = analysis(ws, "plots", str(run), "--max-tokens", "8", cwd=run.parent)
+    assert "summary.json" in one_sentence(r)
+
+
+def test_interpolations_in_a_summary_are_text_never_resolved(ws):
+    """oc.create and oc.env written into a summary's config (model, task_name, tags) create nothing and print no
+    secret: `plots` and `report` read them as text."""
+    create = f"${{oc.create:{{_target_:builtins.open,file:{ws}/pwned,mode:w}}}}"
+
+    def change(d):
+        d["config"]["model"]["norm"] = create
+        d["config"]["task_name"] = create
+        d["config"]["tags"] = ["${oc.env:AWS_SECRET_ACCESS_KEY}"]
+
+    run = copy_run(ws, "interpolations", change)
+    for args in (["plots", str(run), "--max-tokens", "8"], ["report", str(run), "--no-plots"]):
+        r = analysis(ws, *args, cwd=run.parent)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert SECRET not in r.stdout + r.stderr
+    assert not (ws / "pwned").exists()
+    assert not [p for p in run.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs chromium (headless) to run the pages")
+def test_a_run_directory_named_as_markup_runs_no_script_in_the_pages(ws):
+    """A run folder named `x<img src=x onerror=document.title='PWNED'><!--`: `mhalab report` and `mhalab plots
+    --html` escape it; headless chromium runs both pages and their title is not PWNED."""
+    name = "x<img src=x onerror=document.title='PWNED'><!--"
+    run = ws / "markup" / name
+    shutil.copytree(ws / "base", run, symlinks=True)
+    assert analysis(ws, "report", str(run), "--no-plots", cwd=run.parent).returncode == 0
+    assert analysis(ws, "plots", str(run), "--html", "--max-tokens", "8", cwd=run.parent).returncode == 0
+    pages = [run / "report" / "report.html", *run.glob("plots-redrawn-*/attention.html")]
+    assert len(pages) == 2
+    for i, page in enumerate(pages):
+        plain = ws / "markup" / f"page{i}.html"  # a file:// address without the markup in it
+        shutil.copyfile(page, plain)
+        dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                              plain.as_uri()], capture_output=True, text=True, timeout=120).stdout
+        assert "<title>" in dom and "<title>PWNED</title>" not in dom, dom[:500]
+        assert "<img src=\"x\"" not in dom
+
+
+# -- orphans --------------------------------------------------------------------------------------------------------
+
+@pytest.mark.slow  # about 25 s: a sweep's start-up, then a wait for its workers
+def test_a_parallel_sweep_sigkilled_before_its_jobs_begin_leaves_no_worker(ws, data_cache):
+    """SIGKILL of the command as soon as a worker has its job (Hydra made the job's folder; mhalab's code in it has
+    not begun, the worker still imports torch): the workers used to
+    watch init (their parent by then) and train on; now each job stops as on SIGTERM and no process is left."""
+    import signal
+    import time
+
+    root = ws / "vectors" / "orphans"
+    root.mkdir(parents=True)
+    tag = f"ATTACK_ORPHAN_{os.getpid()}"
+    env = {k: v for k, v in os.environ.items() if k != "MHALAB_ALLOW"}
+    env.update({"MHALAB_ROOT": str(root), "PYTHONPATH": str(REPO / "src"), tag: "1"})
+    argv = [sys.executable, "-P", "-m", "mhalab", "train", "-m", "hydra/launcher=parallel", *TINY,
+            f"data.cache_dir={data_cache}", "trainer.limit_train_batches=200", "trainer.max_epochs=50", "data.limit=null",
+            "data.num_workers=2", "seed=0,1"]
+
+    def left() -> list[int]:
+        found = []
+        for d in Path("/proc").iterdir():
+            try:
+                if d.name.isdigit() and f"{tag}=1".encode() in (d / "environ").read_bytes():
+                    found.append(int(d.name))
+            except OSError:
+                pass
+        return found
+
+    p = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not list(root.glob("logs/train/multiruns/*/0")) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGKILL)  # a worker has its job: Hydra made its folder, mhalab's job code has not begun
+    p.wait(10)
+
+    deadline = time.monotonic() + 40
+    while left() and time.monotonic() < deadline:
+        time.sleep(1)
+    orphans = left()
+    for pid in orphans:  # this test's own processes, by pid
+        os.kill(pid, signal.SIGKILL)
+    assert orphans == [], f"workers left running after the command died: {orphans}"
