@@ -406,3 +406,31 @@ def test_a_parallel_sweep_sigkilled_before_its_jobs_begin_leaves_no_worker(ws, d
     for pid in orphans:  # this test's own processes, by pid
         os.kill(pid, signal.SIGKILL)
     assert orphans == [], f"workers left running after the command died: {orphans}"
+
+
+@pytest.mark.slow  # a run long enough to be running while two more commands start
+def test_a_second_process_and_a_resume_in_a_running_run_are_refused(ws, data_cache):
+    """While one run trains in hydra.run.dir=same, a second new run there and `resume=same` are each one sentence
+    naming the holder (exit 2); the first run ends ok."""
+    import time
+
+    root = ws / "vectors" / "concurrent"
+    root.mkdir(parents=True)
+    same = root / "same"
+    env = {k: v for k, v in os.environ.items() if k != "MHALAB_ALLOW"}
+    env.update({"MHALAB_ROOT": str(root), "PYTHONPATH": str(REPO / "src")})
+    long = ["trainer.limit_train_batches=400", "trainer.max_epochs=2", "data.limit=null"]
+    first = subprocess.Popen([sys.executable, "-P", "-m", "mhalab", "train", *TINY, f"data.cache_dir={data_cache}",
+                              f"hydra.run.dir={same}", *long], cwd=root, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (same / ".lock").exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        for extra in ([], long + [f"resume={same}"]):
+            r = mhalab(root, data_cache, f"hydra.run.dir={same}", *extra, timeout=120)
+            assert "is in use by another process" in one_sentence(r)
+    finally:
+        _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err[-2000:]
+    assert '"status": "ok"' in (same / "summary.json").read_text()
