@@ -83,3 +83,15 @@ def environment_wins(loggers: dict) -> dict:
             if isinstance(node.get("settings"), dict):
                 node["settings"]["mode"] = mode
     return loggers
+
+
+def no_telemetry(loggers: dict) -> None:
+    """wandb sends its own usage metrics (OpenTelemetry, to `base_url`/sdk/otel/v1/...) even offline: unless a wandb
+    logger here is online (the command line said so) or this command's environment sets WANDB_ERROR_REPORTING, this
+    process turns them off (WANDB_ERROR_REPORTING=false) before any wandb logger is built."""
+    wandb = [n for n in (loggers or {}).values()
+             if isinstance(n, dict) and "wandb" in str(n.get("_target_", "")).lower()]
+    online = any(str((n.get("settings") or {}).get("mode") or n.get("mode") or
+                     ("offline" if n.get("offline") else "online")).lower() not in LOCAL_MODES for n in wandb)
+    if wandb and not online:
+        os.environ.setdefault("WANDB_ERROR_REPORTING", "false")

@@ -14,7 +14,8 @@ handler and formatter classes below (no factories, no `ext://` imports), environ
 Interpolations may only refer to config nodes and call the resolvers in ALLOWED_RESOLVERS with plain arguments:
 `${oc.create:...}`, `${oc.decode:...}` and dict or list literals inside an interpolation are refused, since they
 make config nodes (a `{_target_: ...}` among them) that exist only once the config is resolved. The resolved config
-is checked again (`check_resolved`).
+is checked again (`check_resolved`): its targets, and no text in it that is still an interpolation (an
+escaped `\\${...}` resolves to `${...}`, which building a logger or callback would resolve again).
 """
 
 from __future__ import annotations
@@ -182,6 +183,10 @@ def check_resolved(plain: Any, path: str = "") -> None:
     for key, value in walk(plain, path):
         if key == "_target_" or key.endswith("._target_"):
             check_target(value, key)
+        elif isinstance(value, str) and "${" in value:  # an escaped `\${...}` resolves to this text
+            raise ConfigError(f"{key}={value!r}: a value that is an interpolation once resolved is refused (building "
+                              "a logger, callback or plugin from it would resolve it again, unchecked); write it "
+                              "without `\\${`")
 
 
 def check_launcher_text(launcher: Any, path: str = "hydra.launcher") -> None:

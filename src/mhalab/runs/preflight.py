@@ -611,7 +611,7 @@ class RunLock:
         from mhalab.runs.slurm import requeued
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = self._open(os.O_RDWR | os.O_CREAT)
         deadline = time.monotonic() + (REQUEUE_WAIT_S if requeued() else 0)
         while True:
             try:
@@ -628,6 +628,37 @@ class RunLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self.fd = fd
+
+    def _open(self, flags: int) -> int:
+        """The lock file itself: a symbolic or hard link there (a copied run directory may hold one) would make
+        the pid written into it land in another file, so either is refused in one sentence."""
+        import stat
+
+        try:
+            fd = os.open(self.path, flags | os.O_NOFOLLOW, 0o644)
+        except OSError as e:
+            if self.path.is_symlink():
+                raise ConfigError(f"{self.path} is a symbolic link: a run directory's lock file must be a plain "
+                                  "file; remove the link") from None
+            raise ConfigError(f"{self.path} cannot be opened ({e.strerror})") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            os.close(fd)
+            raise ConfigError(f"{self.path} is not a plain file of its own (a hard link or other file): a run "
+                              "directory's lock file must be a plain file; remove it")
+        return fd
+
+    def check(self) -> None:
+        """ConfigError naming the holder if another process holds the lock; writes nothing."""
+        fd = self._open(os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+            raise ConfigError(f"{self.path.parent} is in use by another process (pid {holder or '?'}); wait for "
+                              "it or stop it before running there") from None
+        finally:
+            os.close(fd)
 
     def release(self) -> None:
         if self.fd is not None:
@@ -647,9 +678,8 @@ def check_unlocked(run_dir: Path) -> None:
     if launcher_rank() > 0:
         return
     lock = RunLock(run_dir)
-    if lock.path.exists():
-        lock.acquire()
-        lock.release()
+    if lock.path.exists() or lock.path.is_symlink():
+        lock.check()
 
 
 def remove_stale_temporaries(run_dir: Path) -> list[Path]:

@@ -34,6 +34,7 @@ log = logging.getLogger("mhalab")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 STOPPED = ".stopped"  # in a sweep directory: the number of the signal that stopped the sweep
 LOCAL_LAUNCHERS = ("BasicLauncher", "JoblibLauncher")
+COMMAND_PID = "MHALAB_SWEEP_COMMAND"  # the command's pid, inherited by its workers (a death before a job began is seen)
 PARENT_POLL_S = 0.5  # how often a parallel sweep's worker checks that the command that started it is alive
 
 
@@ -82,6 +83,7 @@ class StopSignals:
         self.install()
         self.command = True
         if sweep_dir is not None:
+            os.environ[COMMAND_PID] = str(os.getpid())  # its workers (spawned from now on) watch this process
             (Path(sweep_dir) / STOPPED).unlink(missing_ok=True)
             self.sweep_dir = Path(sweep_dir)
             for name in LAUNCHER_LOGGERS:
@@ -113,7 +115,10 @@ class StopSignals:
         """From now on, once the parent process is gone, stop as on SIGTERM (once per process)."""
         if self.parent is not None:
             return
-        self.parent = parent = os.getppid()
+        expected = os.environ.get(COMMAND_PID, "")
+        # the command's pid, not whoever is the parent now: a command SIGKILLed before this job began left the
+        # worker to init, and watching init would never stop it
+        self.parent = parent = int(expected) if expected.isdigit() else os.getppid()
 
         def watch():
             while os.getppid() == parent:

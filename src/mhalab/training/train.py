@@ -356,10 +356,11 @@ def build_loggers_and_callbacks(tc, run_dir: Path, resuming: bool) -> tuple[list
     run and keeps the CSV written before the interruption; no progress bar without a terminal."""
     from hydra.utils import instantiate
 
-    from mhalab.config.network import NETWORK_KEYS, environment_wins
+    from mhalab.config.network import NETWORK_KEYS, environment_wins, no_telemetry
 
     logger_cfg = OmegaConf.create(environment_wins(tc.redaction(
         OmegaConf.to_container(tc.logger, resolve=True), ("logger",), keep=NETWORK_KEYS))) if tc.logger else {}
+    no_telemetry(OmegaConf.to_container(logger_cfg) if tc.logger else {})
     if resuming and "wandb" in logger_cfg and wandb_run_id(run_dir):
         logger_cfg.wandb.id = wandb_run_id(run_dir)
         logger_cfg.wandb.resume = "allow"
