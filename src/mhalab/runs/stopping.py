@@ -38,6 +38,17 @@ COMMAND_PID = "MHALAB_SWEEP_COMMAND"  # the command's pid, inherited by its work
 PARENT_POLL_S = 0.5  # how often a parallel sweep's worker checks that the command that started it is alive
 
 
+def _alive(pid: int) -> bool:
+    """Whether a process with this pid exists (a zombie counts: its parent has not reaped it yet)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class Interrupted(Exception):
     """A run stopped by a signal; `exit_code` is 128 + the signal number."""
 
@@ -115,10 +126,12 @@ class StopSignals:
         """From now on, once the parent process is gone, stop as on SIGTERM (once per process)."""
         if self.parent is not None:
             return
-        expected = os.environ.get(COMMAND_PID, "")
-        # the command's pid, not whoever is the parent now: a command SIGKILLed before this job began left the
-        # worker to init, and watching init would never stop it
-        self.parent = parent = int(expected) if expected.isdigit() else os.getppid()
+        expected, ppid = os.environ.get(COMMAND_PID, ""), os.getppid()
+        # the command's pid when it is gone already: a command SIGKILLed before this job began left the worker to
+        # init, and watching init would never stop it; else the parent (a pid inherited from elsewhere that is alive
+        # but not the parent is some other command's: an in-process sweep's, a test's)
+        gone = expected.isdigit() and int(expected) != ppid and not _alive(int(expected))
+        self.parent = parent = int(expected) if gone else ppid
 
         def watch():
             while os.getppid() == parent:
