@@ -11,47 +11,17 @@ them (an escaped `\\${oc.create:...}` in a logger or callback setting ran any cl
 import hashlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 from conftest import TINY
+from test_security_secrets import Listener  # one 127.0.0.1 listener for the network vectors
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "AKIAsecretVALUE0xC0FFEE"
-
-
-class Listener:
-    """Counts TCP connections on 127.0.0.1 (an ephemeral port) while the module's tests run."""
-
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.connections = 0
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self):
-        while not self.done.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except (socket.timeout, OSError):
-                continue
-            self.connections += 1
-            conn.close()
-
-    def close(self):
-        self.done.set()
-        self.thread.join(5)
-        self.sock.close()
 
 
 @pytest.fixture(scope="module")
@@ -194,7 +164,7 @@ def test_a_refused_vector_is_one_sentence_and_nothing_runs_or_is_written(ws, dat
     assert says in error, error
     assert not (ws / "pwned").exists(), f"{name}: the payload ran"
     assert not (root / "logs").exists(), f"{name}: something was written"
-    assert listener.connections == 0
+    assert not listener.requests
     assert SECRET not in r.stdout + r.stderr
     assert (ws / "outside").iterdir() and {p.name for p in (ws / "outside").iterdir()} == {"victim"}
 
@@ -288,7 +258,7 @@ def test_offline_wandb_sends_nothing_not_even_its_usage_metrics(ws, data_cache, 
     r = mhalab(root, data_cache, *extra, "logger=wandb", env={"WANDB_BASE_URL": f"http://127.0.0.1:{listener.port}"})
     assert r.returncode == 0, r.stderr[-2000:]
     assert list(root.rglob("offline-run-*")), "wandb did not run offline"
-    assert listener.connections == 0
+    assert not listener.requests
 
 
 # -- a copied run directory handed to `mhalab plots` and `report` -------------------------------------------------
