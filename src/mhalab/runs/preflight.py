@@ -573,10 +573,10 @@ def holds_run(directory: Path) -> list[str]:
 def check_not_a_run(directory: Path, key: str) -> None:
     """ConfigError when a run directory (`hydra.run.dir`) or a sweep directory (`hydra.sweep.dir`: any of its job
     folders) already holds a run: a new run there would replace its results. A requeued SLURM job continues in its
-    own directory."""
+    own directory, and DDP's other ranks work in rank 0's."""
     from mhalab.runs.slurm import requeued
 
-    if requeued() or not directory.is_dir():
+    if requeued() or launcher_rank() > 0 or not directory.is_dir():
         return
     found = holds_run(directory)
     if key == "hydra.sweep.dir":
