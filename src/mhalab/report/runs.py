@@ -119,22 +119,28 @@ def place(runs: list[tuple[Path, RunSummary]], tuned: list[str]) -> list[Run]:
     return out
 
 
+def declared(runs: list[tuple[Path, RunSummary]], key: str) -> tuple[list, set]:
+    """The value of endpoint.<key> the runs' experiment declared (a list), and every distinct declaration found."""
+    found = {tuple((s.endpoint or {}).get(key) or ()) for _, s in runs}
+    return (list(next(iter(found))) if len(found) == 1 else []), found
+
+
 def tuned_keys(runs: list[tuple[Path, RunSummary]]) -> list[str]:
     """The keys the runs' experiments declared as tuned per arm (endpoint.tuned); all runs must agree."""
-    found = {tuple((s.endpoint or {}).get("tuned") or ()) for _, s in runs}
+    value, found = declared(runs, "tuned")
     if len(found) > 1:
         raise ConfigError(f"these runs declare different tuned keys ({'; '.join(map(str, sorted(found)))}): report "
                           "each experiment's runs together, not runs of different designs")
-    return list(found.pop()) if found else []
+    return value
 
 
 def selection_seeds(runs: list[tuple[Path, RunSummary]]) -> list[int]:
     """The stage-A seeds the runs' experiment declared (endpoint.selection_seeds); all runs must agree."""
-    found = {tuple((s.endpoint or {}).get("selection_seeds") or ()) for _, s in runs}
+    value, found = declared(runs, "selection_seeds")
     if len(found) > 1:
         raise ConfigError(f"these runs declare different endpoint.selection_seeds ({'; '.join(map(str, sorted(found)))}"
                           "): give stage A and stage B runs the same declaration")
-    return list(found.pop()) if found else []
+    return value
 
 
 def the_metric(runs: list[tuple[Path, RunSummary]], metric: str | None) -> str:
