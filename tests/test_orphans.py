@@ -102,3 +102,35 @@ time.sleep(60)  # the command
     finally:
         for pid in session(proc.pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_worker_whose_sweep_was_stopped_and_whose_command_died_before_its_job_began_ends(tmp_path):
+    """The race CI met: one worker's job stopped the sweep and the command was SIGKILLed before the other worker's
+    job began (it was still importing). That job does not start, and its worker, now an orphan, ends instead of waiting
+    idle for loky's timeout, also while its dead command is a zombie no one has reaped yet."""
+    code = """
+import os, signal, sys, time
+from mhalab.runs.stopping import SIGNALS, COMMAND_PID, mark_stopped
+os.environ[COMMAND_PID] = str(os.getpid())
+dead_r, dead_w = os.pipe()
+if os.fork() == 0:  # the worker
+    os.close(dead_w)
+    os.read(dead_r, 1)  # end of file: the command has died
+    began = SIGNALS.job_begins(sys.argv[1])
+    SIGNALS.end_job()
+    print("began" if began else "left idle", flush=True)
+    time.sleep(60)
+    os._exit(0)
+mark_stopped(sys.argv[1], signal.SIGTERM)  # the other worker's job, stopped as on SIGTERM
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True, env=_env())
+    try:
+        time.sleep(2)  # the command stays a zombie meanwhile: the worker's job looks at it before it is reaped
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+        wait_for(lambda: not session(proc.pid), "the orphaned worker to end", timeout=GRACE_S)
+        assert proc.stdout.read() == ""  # it ended at its job's end, before printing
+    finally:
+        for pid in session(proc.pid):
+            os.kill(pid, signal.SIGKILL)

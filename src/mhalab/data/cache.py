@@ -203,9 +203,17 @@ def locked(folder: Path, blocking: bool = True) -> Iterator[bool]:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this host."""
+    """Whether process ``pid`` runs on this host. A zombie does not: a SIGKILLed process stays one until its parent
+    reaps it (a sweep's workers, already handed to init, must not wait for that; its files are written no more)."""
     if pid <= 0:
         return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):  # no /proc (macOS): whether the pid exists
+        pass
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

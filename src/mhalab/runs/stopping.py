@@ -30,23 +30,14 @@ import threading
 import time
 from pathlib import Path
 
+from mhalab.data.cache import pid_alive
+
 log = logging.getLogger("mhalab")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 STOPPED = ".stopped"  # in a sweep directory: the number of the signal that stopped the sweep
 LOCAL_LAUNCHERS = ("BasicLauncher", "JoblibLauncher")
 COMMAND_PID = "MHALAB_SWEEP_COMMAND"  # the command's pid, inherited by its workers (a death before a job began is seen)
 PARENT_POLL_S = 0.5  # how often a parallel sweep's worker checks that the command that started it is alive
-
-
-def _alive(pid: int) -> bool:
-    """Whether a process with this pid exists (a zombie counts: its parent has not reaped it yet)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Interrupted(Exception):
@@ -116,6 +107,12 @@ class StopSignals:
                 self.watch_parent()
         self.in_job = True
 
+    def job_begins(self, sweep_dir: Path | None = None) -> bool:
+        """A job starts (`start_job`); False when its sweep was stopped before it began: it must not start. The watch
+        starts first, so that a worker whose command is gone ends after this job even when it does not start."""
+        self.start_job(sweep_dir)
+        return sweep_dir is None or stopped(sweep_dir) is None
+
     def end_job(self) -> None:
         """A job has ended, however: a worker whose command is gone exits now (no job will come)."""
         self.in_job = False
@@ -130,7 +127,7 @@ class StopSignals:
         # the command's pid when it is gone already: a command SIGKILLed before this job began left the worker to
         # init, and watching init would never stop it; else the parent (a pid inherited from elsewhere that is alive
         # but not the parent is some other command's: an in-process sweep's, a test's)
-        gone = expected.isdigit() and int(expected) != ppid and not _alive(int(expected))
+        gone = expected.isdigit() and int(expected) != ppid and not pid_alive(int(expected))
         self.parent = parent = int(expected) if gone else ppid
 
         def watch():

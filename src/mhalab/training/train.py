@@ -103,10 +103,9 @@ def _run(cfg: DictConfig) -> float | None:
     multirun = hc.mode == RunMode.MULTIRUN
     overrides = OmegaConf.to_container(hc.overrides.task)  # as typed: `${oc.env:...}` not resolved
     sweep_dir = Path(hc.runtime.cwd, hc.sweep.dir) if multirun and stopping.stops_as_a_whole(hc) else None
-    if sweep_dir is not None and stopping.stopped(sweep_dir) is not None:
+    if not stopping.SIGNALS.job_begins(sweep_dir):
         _leave_unstarted(run_dir)  # the sweep was stopped before this job began: resuming it runs the job
         return None
-    stopping.SIGNALS.start_job(sweep_dir)
     lock = RunLock(run_dir)
     if launcher_rank() == 0:  # DDP's other processes work in rank 0's run directory, under its lock
         try:
