@@ -1,5 +1,5 @@
 """RoPE control of a sweep: each arm with every feature rotated minus the same arm with 8 rotated features, paired
-by seed (mhalab.report.comparison). Reads the per-seed columns of the two sweeps' `mhalab report` CSVs:
+by seed (mhalab.stats). Reads the per-seed columns of the two sweeps' `mhalab report` CSVs:
 
     python experiments/rope_control.py experiments/head_sweep/results/report.csv \
         experiments/head_sweep/results_full_rotary/report.csv
@@ -8,7 +8,7 @@ by seed (mhalab.report.comparison). Reads the per-seed columns of the two sweeps
 import csv
 import sys
 
-from mhalab.report.comparison import paired
+from mhalab.stats import paired
 
 
 def per_seed(path: str) -> dict[str, dict[str, float]]:

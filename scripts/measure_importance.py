@@ -1,4 +1,4 @@
-"""Time head importance per example (mhalab.analysis.head_stats.head_importance) against the old per-batch version.
+"""Time head importance per example (mhalab.head_statistics.head_importance) against the old per-batch version.
 
 The old version took |d(batch mean loss)/d gate| per batch; the new one takes |dL(x)/d gate| per example from the
 hook_z gradients of one backward pass. A per-example loop (one forward/backward per example) is timed
@@ -15,7 +15,7 @@ import torch
 
 from mhalab.hooks import act_name, hooks
 from mhalab.training.module import AttentionLitModule
-from mhalab.analysis.head_stats import head_importance
+from mhalab.head_statistics import head_importance
 
 
 def gated(model):

@@ -27,7 +27,7 @@ TINY = [
 
 @pytest.fixture(autouse=True)
 def no_grants(monkeypatch):
-    """Each test starts with no package granted (`mhalab.config.targets.grant` sets MHALAB_ALLOW for the process)."""
+    """Each test starts with no package granted (`mhalab.targets.grant` sets MHALAB_ALLOW for the process)."""
     monkeypatch.delenv("MHALAB_ALLOW", raising=False)
 
 

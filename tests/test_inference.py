@@ -1,4 +1,4 @@
-"""mhalab.report.comparison: each exact test against scipy where scipy has it, and against hand examples where not."""
+"""mhalab.stats: each exact test against scipy where scipy has it, and against hand examples where not."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from mhalab.report import comparison as inf
+from mhalab import stats as inf
 
 
 def _scipy_perm_p(a, b=None):

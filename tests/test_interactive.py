@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import torch
 
-from mhalab.analysis.interactive import page_data, write_attention_page
+from mhalab.attention_page import page_data, write_attention_page
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from mhalab.analysis.plots import (attention_figure, cell_decimals, drawn_stats, head_rows, stat_figure, stat_scale,
-                                   token_text)
+from mhalab.pictures import (attention_figure, cell_decimals, drawn_stats, head_rows, stat_figure, stat_scale,
+                             token_text)
 
 
 def causal_maps(n_layers, n_heads, T):

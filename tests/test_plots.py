@@ -9,7 +9,8 @@ import sys
 import pytest
 import torch
 
-from mhalab.analysis.plots import attention_figure, main, plot_attention_maps, plot_stat_heatmaps, stat_figure
+from mhalab.analysis.plots import main
+from mhalab.pictures import attention_figure, plot_attention_maps, plot_stat_heatmaps, stat_figure
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -86,7 +87,7 @@ def test_cli_missing_summary_exits_2(tmp_path, capsys):
 
 def test_attention_grid_stays_small_in_memory():
     """seaborn draws the figure to check tick labels; on a canvas-less Figure that cost ~6 GB for 8 panels."""
-    code = ("import resource, torch\nfrom mhalab.analysis.plots import attention_figure\n"
+    code = ("import resource, torch\nfrom mhalab.pictures import attention_figure\n"
             "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
             "attention_figure([torch.rand(4, 48, 48).softmax(-1) for _ in range(2)], [f't{i}' for i in range(48)])\n"
             "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) // 1024)")

@@ -15,7 +15,7 @@ from mhalab.cost import kv_cache_bytes
 from mhalab.training.module import adamw_kwargs
 from mhalab.architecture import Architecture, AttentionConfig, ModelConfig
 from mhalab.config.schema import OptimConfig, StatsConfig
-from mhalab.analysis.head_stats import DETECTOR_NAMES, STAT_NAMES
+from mhalab.head_statistics import DETECTOR_NAMES, STAT_NAMES
 
 
 def finite(values) -> bool:

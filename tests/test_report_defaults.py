@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from mhalab.report import comparison as inf
+from mhalab import stats as inf
 
 
 @pytest.mark.parametrize("n", [3, 5])

@@ -1,7 +1,7 @@
 """Runs you can trust: a run killed anywhere and resumed ends bit-identical to one never interrupted, whatever the
 workers; signals leave a checkpoint and an "interrupted" summary; resume never loses or mixes up results.
 
-The kills are real (SIGKILL at a named point, `mhalab.runs.faults`); the full matrix of kill points x workers is
+The kills are real (SIGKILL at a named point, `mhalab.faults`); the full matrix of kill points x workers is
 `slow`, the default run keeps one case of each kind."""
 
 import json

@@ -6,7 +6,7 @@ from torch import nn
 
 from mhalab.analysis.ablate import zero_heads
 from mhalab.hooks import call_hooks
-from mhalab.analysis.head_stats import (DETECTOR_NAMES, detection_patterns, detector_scores, repeated_random_tokens,
+from mhalab.head_statistics import (DETECTOR_NAMES, detection_patterns, detector_scores, repeated_random_tokens,
                                         STAT_NAMES, head_importance, head_similarity, head_stats, kv_group_similarity,
                                         layer_stats)
 

@@ -13,7 +13,7 @@ from mhalab.training.evaluation import mean_loss
 from mhalab.hooks import act_name, hooks
 from mhalab.training.module import AttentionLitModule
 from mhalab.config.schema import OptimConfig
-from mhalab.analysis.head_stats import DETECTOR_NAMES, STAT_NAMES, head_importance
+from mhalab.head_statistics import DETECTOR_NAMES, STAT_NAMES, head_importance
 
 CFG = dict(max_len=32, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64, dropout=0.0)
 OPTIM = dataclasses.asdict(OptimConfig(lr=3e-3, weight_decay=0.0, warmup_steps=0, min_lr_ratio=1.0))

@@ -105,7 +105,7 @@ def test_user_code_runs_when_the_command_line_grants_its_package(tmp_path, monke
 
 
 def test_grants_are_only_for_your_own_packages(monkeypatch):
-    from mhalab.config.targets import grant
+    from mhalab.targets import grant
 
     monkeypatch.delenv("MHALAB_ALLOW", raising=False)
     for bad in ("os", "builtins", "torch", "mhalab", "a.b", ""):
@@ -117,7 +117,7 @@ def test_every_allow_listed_class_of_mhalab_and_lightning_exists_and_is_a_class(
     import importlib
     import inspect
 
-    from mhalab.config.targets import ALLOWED_CLASSES, OWN_CLASSES
+    from mhalab.targets import ALLOWED_CLASSES, OWN_CLASSES
 
     for target in sorted(OWN_CLASSES | {t for t in ALLOWED_CLASSES if t.startswith("lightning.")}):
         module, _, name = target.rpartition(".")
@@ -139,7 +139,7 @@ def test_a_class_named_at_its_old_place_is_told_the_new_one(tmp_path):
     place in MOVED is a module that exists."""
     import importlib
 
-    from mhalab.config.targets import MOVED, OWN_CLASSES
+    from mhalab.targets import MOVED, OWN_CLASSES
 
     for old, new in (("mhalab.callbacks.ProgressLog", "mhalab.training.callbacks.ProgressLog"),
                      ("mhalab.loggers.WandbLogger", "mhalab.training.loggers.WandbLogger"),

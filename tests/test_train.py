@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import summaries
 
-from mhalab.analysis.head_stats import DETECTOR_NAMES, STAT_NAMES
+from mhalab.head_statistics import DETECTOR_NAMES, STAT_NAMES
 from mhalab.runs.summary import read_summary
 
 
@@ -237,12 +237,12 @@ def test_default_run_learns_and_its_heads_specialise(run_train, tmp_path):
 
 
 def test_a_failing_extra_is_recorded_and_the_run_kept(train, tmp_path, monkeypatch):
-    import mhalab.analysis.plots
+    import mhalab.pictures
 
     def broken(*args, **kwargs):
         raise RuntimeError("disk of pictures on fire")
 
-    monkeypatch.setattr(mhalab.analysis.plots, "plot_stat_heatmaps", broken)
+    monkeypatch.setattr(mhalab.pictures, "plot_stat_heatmaps", broken)
     r = train("stats.plots=true")
     assert r.returncode == 0, r.stderr[-3000:]
     s = read_summary(only_run(tmp_path))

@@ -4,11 +4,11 @@ The per-seed val/bpb below are the values those runs recorded (experiments/*/REA
 `git checkout 434c6b8 && python -m mhalab.train -m experiment=<sweep>`). Each arm's parameter shapes differ from its
 baseline's, so a seed gives them different initialisations and the runs are independent: this prints each arm minus
 its baseline with the exact permutation test (as `mhalab report` does), its inverted 95% interval, p, Holm's p over
-all the comparisons, the smallest p 3 vs 3 runs can give and the verdict, all from mhalab.report.comparison:
+all the comparisons, the smallest p 3 vs 3 runs can give and the verdict, all from mhalab.stats:
     python experiments/noise_floor/paired.py
 """
 
-from mhalab.report.comparison import ALPHA, holm, two_sample
+from mhalab.stats import ALPHA, holm, two_sample
 from mhalab.tables import fmt_p, interval
 
 SWEEPS = {  # sweep -> (baseline arm, {arm: [seed 0, 1, 2]})

@@ -1,5 +1,5 @@
 """Re-analyse the per-seed values of the first MQAR sweeps (commit a08120a, Student-t verdicts) with the exact tests
-of mhalab.report.comparison: the rate of runs ending at val/acc >= 0.9 (exact unconditional test) and the final val/acc
+of mhalab.stats: the rate of runs ending at val/acc >= 0.9 (exact unconditional test) and the final val/acc
 (exact permutation test, unpaired: the arms' parameter shapes differ), Holm-adjusted within each sweep.
 
     python experiments/reanalysis/reanalyse.py > experiments/reanalysis/README.md
@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mhalab.report import comparison as inf
+from mhalab import stats as inf
 from mhalab.tables import Table, fmt_p, interval
 
 COMMIT = "a08120a"

@@ -35,7 +35,7 @@ def _threads(p: argparse.ArgumentParser) -> None:
 
 def _allow(p: argparse.ArgumentParser) -> None:
     """`--allow PKG` (plots, ablate, convert): a run read back may name a class of PKG (its own data.source task);
-    the grant comes from this command line or MHALAB_ALLOW, never from the run's files (mhalab.config.targets)."""
+    the grant comes from this command line or MHALAB_ALLOW, never from the run's files (mhalab.targets)."""
     p.add_argument("--allow", action="append", default=[], metavar="PKG",
                    help="grant your package, whose task class the run's summary.json names (also MHALAB_ALLOW)")
 
@@ -140,7 +140,7 @@ def run_command(command: str, argv: list[str]) -> int:
     module = importlib.import_module(MODULES[command])
     try:
         if getattr(args, "allow", None):
-            from mhalab.config.targets import grant
+            from mhalab.targets import grant
 
             grant([pkg for a in args.allow for pkg in a.split(",")])
         if getattr(args, "threads", None) is not None:

@@ -266,7 +266,7 @@ def _resolve(path: str, key: str) -> Any:
         how = f"--allow {package} on this command (or MHALAB_ALLOW={package})" if grantable(package) else \
             f"{package} is not your own package and cannot be granted"
         raise ConfigError(f"{key}={path!r}: not an allowed class; allowed are mhalab's own classes, Lightning's "
-                          "loggers and callbacks, the Hydra launcher and sweeper plugins (mhalab.config.targets), and "
+                          "loggers and callbacks, the Hydra launcher and sweeper plugins (mhalab.targets), and "
                           f"classes of packages you grant: {how}")
     from hydra._internal.utils import _locate
 

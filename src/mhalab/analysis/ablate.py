@@ -16,7 +16,7 @@ so no head is judged on the data that ranked it:
 Across checkpoints, at every pruned fraction: the importance curve's mean with its 95% interval over seeds, the band
 of the random orders (10th to 90th percentile of all seeds x orders), and the differences importance minus random
 (each seed against the mean of its own random orders) and importance minus the ablation order, paired by checkpoint
-(exact sign-flip test), Holm-adjusted over all levels and both comparisons (`mhalab.report.comparison`).
+(exact sign-flip test), Holm-adjusted over all levels and both comparisons (`mhalab.stats`).
 Outputs in `--out` (default `<run_dir of the first checkpoint>/ablation`): heads.md/.csv, pruning.md/.csv,
 ablation.json, ablation_heatmap.png, pruning_curve.png.
 """
@@ -42,9 +42,9 @@ from mhalab.model import eval_mode
 from mhalab.training.evaluation import evaluate, headline, importance, split_batches
 from mhalab.heads import head_label
 from mhalab.hooks import act_name, hooks
-from mhalab.report.comparison import holm, lower_is_better, mean_ci, paired
+from mhalab.stats import holm, lower_is_better, mean_ci, paired
 from mhalab.tables import Table, write_csv
-from mhalab.analysis.plots import new_figure
+from mhalab.pictures import new_figure
 
 def _by_layer(heads: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
     selected: dict[int, list[int]] = {}

@@ -18,7 +18,7 @@ For every source checkpoint (one per seed) the command evaluates, on `--split` (
   model's total steps (`--scratch total`, equal total steps).
 Evaluation uses the whole split unless `--batches N` limits it. Across sources, every arm gets its mean with a 95%
 interval over seeds, and the paired differences that decide the claims (mean-pool vs first, vs random, vs the MHA
-control, vs GQA from scratch; exact sign-flip tests, Holm-adjusted; `mhalab.report.comparison`); `--margin D`, declared
+control, vs GQA from scratch; exact sign-flip tests, Holm-adjusted; `mhalab.stats`); `--margin D`, declared
 before the run, tests mean-pool vs the MHA control for equivalence within +-D (TOST).
 Outputs in `--out` (default `<run_dir of the first source>/convert_gqa<G>`): conversion.md/.csv/.json, conversion.png.
 """
@@ -40,9 +40,9 @@ from mhalab.training.console import each_with_progress, quiet_lightning
 from mhalab.errors import ConfigError
 from mhalab.training.evaluation import evaluate, headline, split_batches
 from mhalab.heads import resolve_heads
-from mhalab.report.comparison import holm, lower_is_better, mean_ci, paired, tost
+from mhalab.stats import holm, lower_is_better, mean_ci, paired, tost
 from mhalab.tables import Table, write_csv
-from mhalab.analysis.plots import new_figure
+from mhalab.pictures import new_figure
 
 INITS = ("mean", "first", "random")
 SCRATCH = ("budget", "total")  # GQA from scratch for the uptraining steps, or for the converted model's total steps

@@ -5,7 +5,7 @@
 `loglog_fit` fits b (the exponent) by ordinary least squares on (log x, log y) and returns it with its standard
 error, a 95% confidence interval (Student t) and the x range actually used; `local_exponents` gives the slope
 between consecutive points, which shows where a power law holds and where it bends (constant overheads at small
-x, cache or memory-bandwidth effects at large x). numpy; the t quantile is `mhalab.report.comparison.t_quantile`.
+x, cache or memory-bandwidth effects at large x). numpy; the t quantile is `mhalab.stats.t_quantile`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from mhalab.report.comparison import t_quantile
+from mhalab.stats import t_quantile
 
 
 def loglog_fit(x, y, min_x: float | None = None, max_x: float | None = None) -> dict:

@@ -1,6 +1,6 @@
 """What a benchmark leaves behind: the output folder, Markdown reports, results.csv / results.json, PNG plots.
 
-Figures are matplotlib Figures with an Agg canvas (`mhalab.analysis.plots.new_figure`): no pyplot state. Every
+Figures are matplotlib Figures with an Agg canvas (`mhalab.pictures.new_figure`): no pyplot state. Every
 scaling plot is log-log, time and memory against n with the fitted power law; the decoding plots are log-log too
 (latency and cache size against n_kv_heads).
 """
@@ -216,7 +216,7 @@ def complexity_plots(result: dict, out: Path) -> list[str]:
 
 
 def _scaling_plots(result: dict, out: Path) -> list[str]:
-    from mhalab.analysis.plots import new_figure
+    from mhalab.pictures import new_figure
 
     fits = {tuple(f[k] for k in SHAPE_KEYS) + (f["metric"],): f for f in result["fits"]}
     groups: dict[tuple, list[dict]] = {}
@@ -254,7 +254,7 @@ def _scaling_plots(result: dict, out: Path) -> list[str]:
 
 
 def _equal_cost_plot(rows: list[dict], out: Path) -> str:
-    from mhalab.analysis.plots import new_figure
+    from mhalab.pictures import new_figure
 
     metrics = [m for m in ("fwd_ms_ratio", "fwdbwd_ms_ratio", "mem_fwdbwd_mib_ratio") if any(m in r for r in rows)]
     titles = {"fwd_ms_ratio": "forward time", "fwdbwd_ms_ratio": "forward+backward time",
@@ -279,7 +279,7 @@ def _decode_plot(rows: list[dict], out: Path) -> str:
 
 def decode_figure(rows: list[dict]):
     """Latency and KV-cache size against n_kv_heads, both axes logarithmic (MHA on the left, MQA on the right)."""
-    from mhalab.analysis.plots import new_figure
+    from mhalab.pictures import new_figure
 
     backends = sorted({r["backend"] for r in rows})
     fig = new_figure(figsize=(5 * len(backends) + 1, 8), layout="constrained")
@@ -298,7 +298,7 @@ def decode_figure(rows: list[dict]):
 
 
 def train_plots(result: dict, out: Path) -> list[str]:
-    from mhalab.analysis.plots import new_figure
+    from mhalab.pictures import new_figure
 
     rows = result["rows"]
     heads = sorted({r["n_heads"] for r in rows})

@@ -7,7 +7,7 @@ every file), so a composer remembers both per choice of config groups: the jobs 
 values each cost one copy and their own overrides (milliseconds).
 
 `guard_sources()` makes a `pkg://` search path (`-cp pkg://x`, `hydra.searchpath=[pkg://x]`) name only mhalab,
-Hydra and its plugins, or a package the command line granted (`mhalab.config.targets.granted`): Hydra imports such a
+Hydra and its plugins, or a package the command line granted (`mhalab.targets.granted`): Hydra imports such a
 package to read it, so anything else is refused before it is imported.
 """
 
@@ -307,7 +307,7 @@ class GuardedPackageSource(ImportlibResourcesConfigSource):
     """Hydra's `pkg://` config source, refusing a package neither trusted nor granted before importing it."""
 
     def __init__(self, provider: str, path: str) -> None:
-        from mhalab.config.targets import granted
+        from mhalab.targets import granted
 
         name = path.removeprefix("pkg://")
         package = name.replace("/", ".").strip(".").split(".")[0]

@@ -235,7 +235,7 @@ class CheckpointConfig:
     mode: str = "min"  # min | max: the monitored metric's own direction (min for losses and bpb, max for accuracies)
 
     def __post_init__(self):
-        from mhalab.report.comparison import lower_is_better
+        from mhalab.stats import lower_is_better
 
         if self.every_n_steps is not None:
             check_int("checkpoint.every_n_steps", self.every_n_steps, 1)
@@ -271,7 +271,7 @@ class FaultConfig:
             if getattr(self, key) is not None:
                 check_int(f"fault.{key}", getattr(self, key), 0)
         if self.kill_at is not None:
-            from mhalab.runs.faults import parse
+            from mhalab.faults import parse
 
             try:
                 parse(self.kill_at)
@@ -382,7 +382,7 @@ class TrainConfig:
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
     design: DesignConfig = field(default_factory=DesignConfig)
     optimized_metric: str = "val/loss"  # the final metric a run returns to Hydra's sweeper (Optuna's objective);
-    #   its direction follows the metric (mhalab.report.comparison.lower_is_better): losses and bpb are minimised,
+    #   its direction follows the metric (mhalab.stats.lower_is_better): losses and bpb are minimised,
     #   accuracies maximised (hydra/sweeper=search sets direction from it)
 
     def __post_init__(self):

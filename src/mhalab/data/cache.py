@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from mhalab.runs import faults
+from mhalab import faults
 
 log = logging.getLogger(__name__)
 

@@ -260,7 +260,7 @@ class DataConfig:
         from hydra.utils import instantiate
         from omegaconf import DictConfig, ListConfig, OmegaConf
 
-        from mhalab.config.targets import check_resolved
+        from mhalab.targets import check_resolved
 
         # whoever wrote it (a config, a run's summary.json), it passes the allow-list and this process's grants
         source = self.source

@@ -29,7 +29,7 @@ classification): the splits it does not give are carved out of `train` (`data.va
 `data.test_fraction`), then everything is tokenized, cached and served like a built-in task. The data config
 (`cfg`, a `mhalab.data.config.DataConfig`) is passed in for its seed and sizes. Importing your module is your
 explicit choice: `--allow mytasks` or `MHALAB_ALLOW=mytasks` on each command that builds the task (train, and
-plots, ablate, convert reading the run back; mhalab.config.targets) admits it, nothing else does.
+plots, ablate, convert reading the run back; mhalab.targets) admits it, nothing else does.
 """
 
 from __future__ import annotations

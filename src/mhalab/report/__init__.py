@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mhalab.report import comparison as inf
+from mhalab import stats as inf
 from mhalab.config.writes import check_links
 from mhalab.errors import ConfigError
 from mhalab.report import figures

@@ -3,7 +3,7 @@
 An arm is a configuration (its overrides minus seed and the tuned keys); a cell is an arm at one value of the tuned
 keys (e.g. `optim.lr`). Each arm is reported at its best cell **on validation** (the highest rate of runs reaching
 the endpoint threshold, then the fewest steps to it, then the best mean metric), and compared with the baseline arm
-at its best cell on three endpoints, each with the test that fits it (`mhalab.report.comparison`):
+at its best cell on three endpoints, each with the test that fits it (`mhalab.stats`):
 
 - the rate of runs that reached the threshold (the exact unconditional score test and its inverted interval; the
   detectable difference),
@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from mhalab.report import comparison as inf
+from mhalab import stats as inf
 from mhalab.errors import ConfigError
 from mhalab.report.runs import Run, better, design, seed_order
 

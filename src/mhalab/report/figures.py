@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mhalab.report import comparison as inf
+from mhalab import stats as inf
 from mhalab.report.arms import Arm, head_stats
 from mhalab.report.runs import key_of
 
@@ -39,7 +39,7 @@ def reference_lines(ax, levels: dict | None, metric: str) -> None:
 
 
 def _fig(w: float, h: float):
-    from mhalab.analysis.plots import new_figure
+    from mhalab.pictures import new_figure
 
     return new_figure(figsize=(w, h))
 

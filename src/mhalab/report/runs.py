@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mhalab.errors import ConfigError
-from mhalab.report.comparison import lower_is_better
+from mhalab.stats import lower_is_better
 from mhalab.runs.summary import SUMMARY, RunSummary, read_summary
 
 IGNORED_KEYS = ("seed", "resume", "fault.", "hydra.", "hydra/", "data.num_workers", "paths.", "torch_threads",

@@ -1,7 +1,7 @@
 """Runs before they start: composing and checking their configs, where they live, resuming and locking them.
 
 `preflight(argv)` runs before Hydra does anything: it composes the config of every job the command would run
-(a multirun's sweep expanded), refuses any `_target_` outside the allow-list (`mhalab.config.targets`), builds the typed
+(a multirun's sweep expanded), refuses any `_target_` outside the allow-list (`mhalab.targets`), builds the typed
 config (`mhalab.config.schema`) so every value is checked, and settles `resume`. So a bad value, an unsafe target or a
 wrong resume is one sentence and exit 2, with no run directory, no file written and no code run. It imports no
 torch or Lightning, so it answers in about a second.
@@ -67,8 +67,8 @@ def register_resolvers() -> None:
 
 def direction(metric: str) -> str:
     """The sweeper's direction for an optimized metric: minimize losses and bits per byte, maximize the rest
-    (`mhalab.report.comparison.lower_is_better`, the one rule)."""
-    from mhalab.report.comparison import lower_is_better
+    (`mhalab.stats.lower_is_better`, the one rule)."""
+    from mhalab.stats import lower_is_better
 
     return "minimize" if lower_is_better(str(metric)) else "maximize"
 
@@ -102,7 +102,7 @@ def validate(cfg: DictConfig, plain: dict | None = None):
     (its types already checked by OmegaConf), the dataclasses are built from it directly, in a millisecond.
 
     `logger` and `callbacks` stay config nodes (their interpolations need the running job); their targets are
-    checked by `mhalab.config.targets.check_config`.
+    checked by `mhalab.targets.check_config`.
     """
     from omegaconf.errors import OmegaConfBaseException
 
@@ -157,14 +157,14 @@ def _typed(cls, values: dict, prefix: str = ""):
 def check_job(cfg: DictConfig, run_dir: str | Path | None = None, files: tuple[str, ...] = (),
               cli: list[str] | tuple[str, ...] = ()):
     """Every check of one composed job config (Hydra's node included) that runs in `run_dir`: what may run
-    (`mhalab.config.targets`), where it may write (`mhalab.config.writes`), what may send data off the machine
+    (`mhalab.targets`), where it may write (`mhalab.config.writes`), what may send data off the machine
     (`mhalab.config.network`: only the command line's overrides `cli`), every value (`mhalab.config.schema`), its
     input files and the machine. `files`: the config files that set `allowed_targets`, to name them. Returns its
     TrainConfig (with `redaction`: `mhalab.config.secrets`)."""
     from mhalab.config.compose import resolved
     from mhalab.config.network import check_network
     from mhalab.config.secrets import Redaction
-    from mhalab.config.targets import (check_config, check_launcher_text, check_logging, check_no_grant_in_config,
+    from mhalab.targets import (check_config, check_launcher_text, check_logging, check_no_grant_in_config,
                                        check_resolved)
     from mhalab.config.writes import check_writes
 
@@ -271,12 +271,12 @@ class Plan:
 def preflight(argv: list[str], task_function=None, keep_composer: bool = False) -> Plan:
     """Check everything a command would run before Hydra starts, on the configs Hydra will compose.
 
-    `--allow PKG` is taken out of argv and granted (`mhalab.config.targets.grant`); `task_function`: the function
+    `--allow PKG` is taken out of argv and granted (`mhalab.targets.grant`); `task_function`: the function
     `hydra.main` will run (a relative -cp is found beside its module), `mhalab.training.train.run` when None.
     `keep_composer`: a single run's plan keeps its composer open, so the run composes on what the preflight
     composed (`Plan.composer`, closed by `Plan.close`)."""
     from mhalab.config.compose import Composer, parse_args, shows_only
-    from mhalab.config.targets import grant, split_allow
+    from mhalab.targets import grant, split_allow
 
     packages, argv = split_allow(list(argv))
     grant(packages)
@@ -289,7 +289,7 @@ def preflight(argv: list[str], task_function=None, keep_composer: bool = False) 
     try:
         if shows_only(args):  # nothing runs, but what is composed must be safe to compose and print
             cfg = composer.run_config(overrides)
-            from mhalab.config.targets import check_config, check_no_grant_in_config
+            from mhalab.targets import check_config, check_no_grant_in_config
 
             check_no_grant_in_config(cfg, composer.files_setting("allowed_targets"))
             check_config(cfg)
@@ -377,7 +377,7 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
         check_not_a_run(Path(sweep_dir), "hydra.sweep.dir")
         check_writable(Path(tc.paths.log_dir), "paths.log_dir")
         return Plan(list(argv), True, [(overrides, tc)])
-    from mhalab.config.targets import check_config, check_no_grant_in_config
+    from mhalab.targets import check_config, check_no_grant_in_config
 
     check_no_grant_in_config(master, list(_files(composer, master)))
     check_config(master)  # the launcher and Hydra's callbacks, before any job

@@ -26,8 +26,8 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint
 from torch import Tensor
 
-from mhalab.runs import faults
-from mhalab.analysis import head_stats as S
+from mhalab import faults
+from mhalab import head_statistics as S
 from mhalab.errors import ConfigError
 from mhalab.heads import head_label
 from mhalab.runs.preflight import LAST
@@ -44,7 +44,7 @@ class HeadStatsCallback(L.Callback):
     its backend), logged as `attn/L{l}H{h}/{stat}`, `attn/L{l}/{stat}_mean` and the GQA group similarity
     `attn/L{l}/within_group_jsd` / `between_group_jsd`. Besides the built-in statistics: TransformerLens's head
     detector scores on random tokens repeated once (`stats.detector_len`), and your own (`stats.extra`, see
-    `mhalab.analysis.head_stats.HeadStatistic`). At the end of training: importance (Michel et al. 2019) on
+    `mhalab.head_statistics.HeadStatistic`). At the end of training: importance (Michel et al. 2019) on
     validation batches and the pictures in <run_dir>/plots, also sent to the loggers as images. A failure there is
     logged and recorded in `summary()`, never fatal.
     """
@@ -141,7 +141,7 @@ class HeadStatsCallback(L.Callback):
     def log_pictures(self, trainer, pl_module) -> None:
         """The attention maps and a few heatmaps of this statistics pass, to the loggers that take images, so heads
         can be watched forming: at most `stats.picture_passes` passes a run, spread over its steps, each picture at
-        most plots.LOGGED_WIDTH pixels wide. Never fatal."""
+        most pictures.LOGGED_WIDTH pixels wide. Never fatal."""
         step, total = trainer.global_step, trainer.estimated_stepping_batches
         if not (self.cfg.plots and self.cfg.picture_passes and image_loggers(pl_module.loggers)) or step < self._next:
             return
@@ -149,11 +149,11 @@ class HeadStatsCallback(L.Callback):
         self._next = step + spacing
 
         def draw() -> None:
-            from mhalab.analysis import plots
+            from mhalab import pictures
 
             maps, tokens = self.probe_maps()
-            images = plots.training_pictures(self.stats, maps, tokens, self.cfg.max_plot_tokens,
-                                             pl_module.arch.attention.n_kv_heads)
+            images = pictures.training_pictures(self.stats, maps, tokens, self.cfg.max_plot_tokens,
+                                                pl_module.arch.attention.n_kv_heads)
             log_images(pl_module.loggers, images, step)
 
         try:  # during training: not an end-of-run extra (no heartbeat phase), and a failure never stops the run
@@ -203,18 +203,18 @@ class HeadStatsCallback(L.Callback):
     def draw(self, pl_module) -> None:
         from matplotlib.image import imread
 
-        from mhalab.analysis import plots
-        from mhalab.analysis.interactive import write_attention_page
+        from mhalab import pictures
+        from mhalab.attention_page import write_attention_page
 
         self.plot_dir.mkdir(parents=True, exist_ok=True)
         matrices = dict(self.stats)
         if self.importance is not None:
             matrices["importance"] = self.importance
         arch = pl_module.arch
-        paths = plots.plot_stat_heatmaps(matrices, self.plot_dir, plots.drawn_stats(matrices, arch.causal))
+        paths = pictures.plot_stat_heatmaps(matrices, self.plot_dir, pictures.drawn_stats(matrices, arch.causal))
         maps, tokens = self.probe_maps()
-        paths.append(plots.plot_attention_maps(maps, tokens, self.plot_dir / "attention_maps.png",
-                                               self.cfg.max_plot_tokens, n_kv_heads=arch.attention.n_kv_heads))
+        paths.append(pictures.plot_attention_maps(maps, tokens, self.plot_dir / "attention_maps.png",
+                                                  self.cfg.max_plot_tokens, n_kv_heads=arch.attention.n_kv_heads))
         paths.append(write_attention_page(self.plot_dir / "attention.html", maps, tokens, matrices, "attention of "
                                           f"every head: {self.plot_dir.parent.name}", arch.attention.n_kv_heads))
         self.plot_paths = paths
@@ -478,7 +478,7 @@ class FaultInjection(L.Callback):
 
     kill_at_step: SIGKILL this process before optimizer step N (a crash mid-epoch, nothing flushed).
     nan_at_step: fill one weight with NaN before step N, so the loss turns NaN through the real code path.
-    kill_at: SIGKILL at a named point (see `mhalab.runs.faults.POINTS`), armed for the whole process.
+    kill_at: SIGKILL at a named point (see `mhalab.faults.POINTS`), armed for the whole process.
     """
 
     def __init__(self, kill_at_step: int | None = None, nan_at_step: int | None = None, kill_at: str | None = None):

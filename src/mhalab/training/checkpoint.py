@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from mhalab.runs import faults
+from mhalab import faults
 from mhalab.errors import ConfigError
 from mhalab.architecture import Architecture
 from mhalab.runs.summary import RunSummary, read_summary

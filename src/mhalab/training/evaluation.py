@@ -105,8 +105,8 @@ def float32_pass(module):
 def importance(module, batches: Iterable[dict[str, Tensor]], normalize: bool = True) -> Tensor:
     """(n_layers, n_heads) head importance (Michel et al. 2019) over the examples of `batches`, in eval mode
     (no dropout) and in the parameters' dtype (`float32_pass`); heads removed by an attached hook
-    (`mhalab.analysis.ablate.zero_heads`) get 0. See `mhalab.analysis.head_stats.head_importance`."""
-    from mhalab.analysis.head_stats import head_importance
+    (`mhalab.analysis.ablate.zero_heads`) get 0. See `mhalab.head_statistics.head_importance`."""
+    from mhalab.head_statistics import head_importance
 
     with eval_mode(module), float32_pass(module):
         return head_importance(module, (module.to_device(b) for b in batches), mean_loss, normalize=normalize)

@@ -17,7 +17,7 @@ from torch import Tensor
 from torchmetrics import MaxMetric, Metric
 
 from mhalab.training.evaluation import batch_correct, batch_sums, mean_cross_entropy, metrics_from_sums
-from mhalab.report.comparison import lower_is_better
+from mhalab.stats import lower_is_better
 from mhalab.model import build_model
 from mhalab.architecture import Architecture
 

@@ -154,7 +154,7 @@ def _check_running_job(cfg: DictConfig, hc, run_dir: Path):
     every value), then record what the run computes for `resume` to match on. Returns its TrainConfig."""
     from mhalab.runs.preflight import defining, write_defining
     from mhalab.config.secrets import Redaction
-    from mhalab.config.targets import check_config, check_resolved
+    from mhalab.targets import check_config, check_resolved
     from mhalab.config.writes import check_writes
 
     check_config(cfg)
@@ -344,7 +344,7 @@ def _fit(job: _Job) -> RunSummary:
                   "stopped_early": tc.endpoint.stop_at_threshold and threshold_step == trainer.global_step})
     if trainer.is_global_zero:
         write_summary(run_dir, summary)
-    from mhalab.runs import faults
+    from mhalab import faults
 
     faults.point("after_summary")
     return summary
