@@ -35,14 +35,14 @@ def test_the_wheel_carries_every_config_and_trains_from_elsewhere(tmp_path):
 
 
 def _layout_block() -> str:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "architecture.md").read_text()
     section = text[text.index("## Layout\n"):]
     return section[section.index("```\n") + 4:section.index("\n```", section.index("```\n") + 4)]
 
 
-def test_the_readme_layout_names_every_module():
-    """The README's tree is the code's: every module at the top and in the folders by concern is named under its
-    folder, and every folder of src/mhalab is named."""
+def test_the_layout_names_every_module():
+    """docs/architecture.md's tree is the code's: every module at the top and in the folders by concern is named
+    under its folder, and every folder of src/mhalab is named."""
     import re
 
     block = _layout_block()
