@@ -179,15 +179,6 @@ def test_zeroing_a_head_at_hook_z_equals_the_model_without_that_head(backend):
     assert not attn.hook_fns  # detached after the call
 
 
-def test_a_checkpoint_with_the_old_head_gate_buffer_still_loads():
-    attn = MultiHeadAttention(16, 4)
-    state = {**attn.state_dict(), "head_gate": torch.ones(4)}
-    attn.load_state_dict(state, strict=True)
-    assert "head_gate" not in attn.state_dict()
-    with pytest.raises(ValueError, match="head_gate is not all ones"):
-        attn.load_state_dict({**state, "head_gate": torch.tensor([1.0, 0.0, 1.0, 1.0])})
-
-
 # ---- docs/definitions.md#worked-example: "I love machine learning" ----
 X = torch.tensor([[1, 0, 1, 0], [0, 1, 1, 0], [1, 1, 0, 1], [0, 1, 0, 1]], dtype=torch.float32)
 

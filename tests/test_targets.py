@@ -131,25 +131,3 @@ def test_slurm_sweep_passes_the_real_preflight(tmp_path, monkeypatch):
     plan = preflight(["-m", "hydra/launcher=slurm", f"paths.root_dir={tmp_path}", "seed=0,1"])
     assert plan.multirun and [job[-1] for job, _ in plan.jobs] == ["seed=0", "seed=1"]
     assert not (tmp_path / "logs" / "train").exists()
-
-
-def test_a_class_named_at_its_old_place_is_told_the_new_one(tmp_path):
-    """Modules moved into folders by concern (config, runs, training, analysis): a user's config that still names
-    `mhalab.callbacks.ProgressLog` is one sentence naming `mhalab.training.callbacks.ProgressLog`, and every new
-    place in MOVED is a module that exists."""
-    import importlib
-
-    from mhalab.targets import MOVED, OWN_CLASSES
-
-    for old, new in (("mhalab.callbacks.ProgressLog", "mhalab.training.callbacks.ProgressLog"),
-                     ("mhalab.loggers.WandbLogger", "mhalab.training.loggers.WandbLogger"),
-                     ("mhalab.callbacks.HeadStatsCallback", "mhalab.training.callbacks.HeadStatsCallback")):
-        assert new in OWN_CLASSES
-        with pytest.raises(ConfigError) as e:
-            preflight([f"paths.root_dir={tmp_path}", f"+callbacks.x={{_target_:{old}}}"])
-        assert f"write {new}" in str(e.value) and "\n" not in str(e.value)
-    for old, new in MOVED.items():
-        importlib.import_module(new)
-        if old not in ("mhalab.runs", "mhalab.analysis"):  # those two names are folders now
-            with pytest.raises(ModuleNotFoundError):
-                importlib.import_module(old)

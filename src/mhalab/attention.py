@@ -129,7 +129,6 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, n_kv_heads * d_head, bias=bias)
         self.out_proj = nn.Linear(n_heads * d_head, d_model, bias=bias)
         self.hook_fns: dict[str, list] = {}  # point -> [(fn, Hook)], attached by mhalab.hooks.hooks
-        self.register_load_state_dict_pre_hook(_drop_head_gate)
 
     @property
     def group_size(self) -> int:
@@ -276,11 +275,3 @@ class MultiHeadAttention(nn.Module):
         y = attn.reshape(B, G, (H // G) * T, S) @ v  # (B, G, H/G*T, D)
         return y.view(B, H, T, D), weights
 
-
-def _drop_head_gate(module, state_dict, prefix, *args) -> None:
-    """Checkpoints written before the hook points hold a `head_gate` buffer of ones; it is dropped on loading (a
-    head is now removed through hook_z, never in the weights). A gate other than ones is refused."""
-    gate = state_dict.pop(prefix + "head_gate", None)
-    if gate is not None and not bool((gate == 1).all()):
-        raise ValueError(f"{prefix}head_gate is not all ones ({gate.tolist()}): this checkpoint has heads removed "
-                         "in its weights; remove them with mhalab.analysis.ablate.zero_heads instead")

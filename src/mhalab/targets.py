@@ -58,17 +58,6 @@ ALLOWED_CLASSES = frozenset(
 # mhalab's own classes meant to be named in a config (tests/test_targets.py checks each is a class)
 OWN_CLASSES = frozenset({"mhalab.training.callbacks.HeadStatsCallback", "mhalab.training.callbacks.ProgressLog",
                          "mhalab.training.loggers.WandbLogger"})
-# mhalab's modules before they were grouped by concern (folders config, runs, training, analysis): a config
-# naming a class at its old place is told the new one
-MOVED = {f"mhalab.{old}": f"mhalab.{new}" for old, new in (
-    ("compose", "config.compose"), ("targets", "config.targets"), ("schema", "config.schema"),
-    ("writes", "config.writes"), ("runs", "runs.preflight"), ("summary", "runs.summary"), ("slurm", "runs.slurm"),
-    ("faults", "runs.faults"), ("stopping", "runs.stopping"), ("train", "training.train"),
-    ("module", "training.module"), ("callbacks", "training.callbacks"), ("loggers", "training.loggers"),
-    ("evaluation", "training.evaluation"), ("checkpoint", "training.checkpoint"), ("console", "training.console"),
-    ("stats", "analysis.head_stats"), ("analysis", "analysis.run"), ("ablate", "analysis.ablate"),
-    ("convert", "analysis.convert"), ("patching", "analysis.patching"), ("plots", "analysis.plots"),
-    ("inference", "report.comparison"))}
 LOGGING_CLASSES = {
     "handlers": ("logging.StreamHandler", "logging.FileHandler", "logging.NullHandler",
                  "logging.handlers.RotatingFileHandler", "logging.handlers.TimedRotatingFileHandler",
@@ -242,9 +231,6 @@ def check_target(target: Any, key: str) -> None:
         raise ConfigError(f"{key}={target!r}: a _target_ must name a class literally")
     if target in ALLOWED_CLASSES or target in OWN_CLASSES:
         return
-    module, _, name = target.rpartition(".")
-    if module in MOVED:
-        raise ConfigError(f"{key}={target!r}: {module} moved to {MOVED[module]}; write {MOVED[module]}.{name}")
     obj = _resolve(target, key)
     if not inspect.isclass(obj):
         raise ConfigError(f"{key}={target!r}: {_what(obj)}, not a class; only classes may be named")

@@ -91,7 +91,7 @@ def _check_weights_fit(path: Path, arch: Architecture, state: dict) -> None:
     from mhalab.cost import encoder_params
 
     stored = sum(v.numel() for k, v in state.items() if isinstance(v, torch.Tensor) and k.startswith("model.")
-                 and not k.endswith("head_gate") and not (arch.model.tie_weights and k.endswith("lm_head.weight")))
+                 and not (arch.model.tie_weights and k.endswith("lm_head.weight")))
     expected = encoder_params(arch)
     if stored != expected:
         raise ConfigError(f"checkpoint {path}: its weights hold {stored:,} parameters but its architecture implies "
