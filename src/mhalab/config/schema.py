@@ -367,7 +367,6 @@ class TrainConfig:
     resume: Any = False  # true: continue the newest unfinished run with these overrides; or a run directory
     torch_threads: Optional[int] = None  # torch intra-op threads (None: the CPUs the job was given: SLURM's
     #   allocation or the affinity mask, divided among a local launcher's n_jobs; mhalab.training.train.job_threads)
-    allowed_targets: List[str] = field(default_factory=list)  # your own code that `_target_` may name
     data: DataConfig = field(default_factory=lambda: DataConfig(cache_dir="${paths.cache_dir}"))
     model: ModelConfig = field(default_factory=ModelConfig)
     attention: AttentionConfig = field(default_factory=AttentionConfig)
