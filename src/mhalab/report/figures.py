@@ -17,7 +17,7 @@ def short(label: str) -> str:
                                                                           else "") for part in label.split(","))
 
 
-# what comparison.mean_ci draws (the report's interval of one arm's mean), named on every figure that shows it
+# what stats.mean_ci draws (the report's interval of one arm's mean), named on every figure that shows it
 INTERVAL = inf.MEAN_CI_NAME
 
 
@@ -169,7 +169,7 @@ def _med(km: dict) -> str:
 
 
 def final(arms: list[Arm], metric: str, out: Path, levels: dict | None = None) -> Path:
-    """The final metric of every run (dots) with each arm's mean and its interval (comparison.mean_ci; none with
+    """The final metric of every run (dots) with each arm's mean and its interval (stats.mean_ci; none with
     fewer than 2 runs), at the chosen cells; the task's reference levels as labelled lines."""
     colors = _colors(arms)
     fig = _fig(max(6.0, 1.3 * len(arms) + 3), 4.2)
