@@ -15,7 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from mhalab.analysis.plots import new_figure
+from mhalab.pictures import new_figure
 from mhalab.tables import write_csv
 
 
