@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from mhalab.checks import check_choice, check_int, walk
+from mhalab.data.paths import normalize_path
 from mhalab.data.tasks import TASKS, Task, TaskInfo
 from mhalab.errors import ConfigError
 
@@ -211,25 +212,3 @@ DataConfig = dataclasses.make_dataclass(
     namespace={"__doc__": "Every key of the ``data`` node: the shared keys (`DataKeys`) and data.<task> for each "
                           "built-in task with settings (`mhalab.data.tasks`)."})
 DataConfig.__module__ = __name__  # pickled by name, like a class written here
-
-
-SPLIT_ALIASES = {"train": "train", "validation": "validation", "val": "validation", "valid": "validation",
-                 "dev": "validation", "test": "test"}
-
-
-def normalize_path(path: Any) -> dict[str, list[str]]:
-    """``data.path`` as ``{split: [absolute file, ...]}``."""
-    if isinstance(path, str):
-        return {"train": [os.path.abspath(os.path.expanduser(path))]}
-    if isinstance(path, (list, tuple)) and path and all(isinstance(p, str) for p in path):
-        return {"train": [os.path.abspath(os.path.expanduser(p)) for p in path]}
-    if isinstance(path, dict) and path:
-        out: dict[str, list[str]] = {}
-        for split, files in path.items():
-            if split not in SPLIT_ALIASES:
-                raise ConfigError(f"data.path split {split!r} is unknown; use train, validation or test.")
-            out[SPLIT_ALIASES[split]] = normalize_path(files)["train"]
-        if "train" not in out:
-            raise ConfigError("data.path given per split needs a 'train' entry.")
-        return out
-    raise ConfigError(f"data.path={path!r} must be a file, a list of files or a mapping of split to file(s).")

@@ -18,7 +18,7 @@ def load_path(cfg):
 
 
 def describe_path(cfg) -> str:
-    from mhalab.data.config import normalize_path
+    from mhalab.data.paths import normalize_path
 
     return f"data.path file(s) {', '.join(f for fs in normalize_path(cfg.path).values() for f in fs)}"
 

@@ -40,7 +40,8 @@ class HubTask(Task):
             ds = ds.select_columns(list(keep)).rename_columns({k: v for k, v in keep.items() if k != v})
             out[split] = ds.add_column("id", [f"{split}-{i}" for i in range(len(ds))])
         if "train" not in out:
-            raise ConfigError(f"the Hub dataset {info.hub_repo} has no labelled 'train' split for data.task={cfg.task}.")
+            raise ConfigError(f"the Hub dataset {info.hub_repo} has no labelled 'train' split for "
+                              f"data.task={cfg.task}.")
         return DatasetDict(out)
 
     def where(self, cfg) -> str:
