@@ -32,8 +32,7 @@ SETTINGS: dict[str, type] = {name: task.settings for name, task in TASKS.items()
 class DataKeys:
     """The keys of the ``data`` node every task shares; `DataConfig` adds one node per task with settings."""
 
-    task: str = "bbc_news"  # bbc_news | bbc_news_lm | bbc_news_mlm | listops | mqar | qgram_ar | ag_news | imdb |
-    #                         sst2 | wikitext2 | tiny_shakespeare | file (data.path), or your own task (with `source`)
+    task: str = "bbc_news"  # a built-in task (mhalab.data.tasks.TASKS; file: data.path), or your own (with `source`)
     source: Optional[Any] = None  # your own task: {_target_: your_package.YourTask, ...} (mhalab.data.tasks.Task)
     objective: Optional[str] = None  # classification | mlm | clm; None: the task's own
     path: Any = None  # local file(s) replacing the task's source: a file, a list, or {train: ..., validation: ...}
@@ -85,7 +84,7 @@ class DataKeys:
                               "their sum must be below 1 to leave a training split")
 
     @classmethod
-    def from_any(cls, cfg: Any) -> "DataConfig":
+    def from_any(cls, cfg: Any) -> DataConfig:
         """The resolved config from a DataConfig, a dict or a DictConfig (unknown keys are an error)."""
         if isinstance(cfg, DataConfig):
             return cfg.resolved()
@@ -125,10 +124,10 @@ class DataKeys:
         if "${" in str(out.cache_dir):
             raise ConfigError(f"data.cache_dir={out.cache_dir!r} is an unresolved interpolation; give a directory")
         self.task_object().check(out)
-        own = [name for name, task in TASKS.items() if task.info.default_tokenizer == out.tokenizer]
-        if out.tokenizer == "listops" and out.task not in own:
+        if out.tokenizer == "listops" and info.default_tokenizer != "listops":
+            fits = [name for name, task in TASKS.items() if task.info.default_tokenizer == "listops"]
             raise ConfigError(f"data.tokenizer=listops with data.task={out.task}: the listops vocabulary only fits "
-                              f"data.task={' or '.join(own)}; use byte or bpe")
+                              f"data.task={' or '.join(fits)}; use byte or bpe")
         if (out.tokenizer == "ids") != (info.default_tokenizer == "ids"):
             synthetic = [name for name, task in TASKS.items() if task.info.default_tokenizer == "ids"]
             raise ConfigError(f"data.tokenizer={out.tokenizer} with data.task={out.task}: a synthetic task "
