@@ -54,7 +54,7 @@ def test_every_yaml_builds_a_valid_config(tmp_path):
         path = {"path": str(tmp_path / "my.csv")} if name == "file" else {}  # data=file is nothing without a file
         cfg = DataConfig.from_any({**OmegaConf.to_container(data_node(name, tmp_path)), "cache_dir": str(tmp_path),
                                    **path})
-        assert cfg.task == name and cfg.objective == TASKS[name].objective
+        assert cfg.task == name and cfg.objective == TASKS[name].info.objective
 
 
 def test_raw_counts_and_duplicates():

@@ -4,7 +4,8 @@
 package stays light (no torch or Lightning) so that configs can be checked quickly.
 """
 
-from mhalab.data.config import TASKS, DataConfig
+from mhalab.data.config import DataConfig
+from mhalab.data.tasks import TASKS
 
 __all__ = ["TASKS", "DataConfig", "TextDataModule", "build_datamodule"]
 

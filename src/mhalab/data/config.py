@@ -1,7 +1,9 @@
-"""The ``data`` config node: its keys, their defaults and their checks, and the built-in tasks.
+"""The ``data`` config node: its keys, their defaults and their checks.
 
 ``DataConfig.__post_init__`` checks every value that does not depend on the task; ``resolved()`` fills the task's
-defaults (objective, tokenizer, text column) and checks the combinations that do. This module imports no torch.
+defaults (objective, tokenizer, text column) and checks the combinations that do, the task's own with its
+``check`` (`mhalab.data.tasks`). Each built-in task with settings adds its node (``data.<task>``). This module
+imports no torch.
 """
 
 from __future__ import annotations
@@ -12,104 +14,25 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from mhalab.checks import check_choice, check_int, walk
+from mhalab.data.paths import normalize_path
+from mhalab.data.tasks import TASKS, Task, TaskInfo
 from mhalab.errors import ConfigError
+
+__all__ = ["TASKS", "DataConfig", "TaskInfo", "normalize_path"]
 
 OBJECTIVES = ("classification", "mlm", "clm")
 TOKENIZERS = ("byte", "bpe", "listops", "ids")  # ids: a synthetic task's own token ids
 
 
-@dataclass(frozen=True)
-class TaskInfo:
-    """What a task is: its default objective, where its text comes from and its classes."""
-
-    objective: str
-    source: str  # "bbc_news" | "listops" | "hub" | "mqar" | "qgram_ar" | "user" | "file" (data.path only)
-    label_names: tuple[str, ...] | None = None  # None: a language-modelling-only task
-    hub_repo: str | None = None
-    hub_config: str | None = None
-    text_column: str = "text"  # the column name in the hub dataset
-    default_tokenizer: str = "byte"
-
-
-TASKS: dict[str, TaskInfo] = {
-    "bbc_news": TaskInfo("classification", "bbc_news", ("business", "entertainment", "politics", "sports", "tech"),
-                         default_tokenizer="bpe"),
-    "bbc_news_mlm": TaskInfo("mlm", "bbc_news"),
-    "bbc_news_lm": TaskInfo("clm", "bbc_news"),  # the default job: next byte, causal
-    "listops": TaskInfo("classification", "listops", tuple(str(d) for d in range(10)), default_tokenizer="listops"),
-    "ag_news": TaskInfo("classification", "hub", ("World", "Sports", "Business", "Sci/Tech"), "fancyzhx/ag_news"),
-    "imdb": TaskInfo("classification", "hub", ("neg", "pos"), "stanfordnlp/imdb"),
-    "sst2": TaskInfo("classification", "hub", ("negative", "positive"), "stanfordnlp/sst2", text_column="sentence"),
-    "wikitext2": TaskInfo("mlm", "hub", None, "Salesforce/wikitext", "wikitext-2-raw-v1"),
-    "wikitext103": TaskInfo("clm", "hub", None, "Salesforce/wikitext", "wikitext-103-raw-v1"),
-    "tiny_shakespeare": TaskInfo("clm", "hub", None, "karpathy/tiny_shakespeare"),
-    "mqar": TaskInfo("clm", "mqar", default_tokenizer="ids"),
-    "qgram_ar": TaskInfo("clm", "qgram_ar", default_tokenizer="ids"),
-    "file": TaskInfo("classification", "file"),  # your own data.path; string labels name the classes
-}
-SYNTHETIC = ("mqar", "qgram_ar")  # pre-tokenized: token ids and per-position labels come from a generator
+# A built-in task's settings (its `settings` dataclass) are the data config's node named after it: data.listops, ...
+SETTINGS: dict[str, type] = {name: task.settings for name, task in TASKS.items() if task.settings is not None}
 
 
 @dataclass
-class ListOpsConfig:
-    """Generator settings for ``task: listops`` (LRA: max_depth 10, max_args 10, lengths 500-2000,
-    96000/2000/2000 examples)."""
+class DataKeys:
+    """The keys of the ``data`` node every task shares; `DataConfig` adds one node per task with settings."""
 
-    max_depth: int = 6
-    max_args: int = 10
-    min_length: int = 32
-    max_length: int = 127
-    n_train: int = 8000
-    n_val: int = 1000
-    n_test: int = 1000
-
-    def __post_init__(self):
-        for key in ("max_depth", "max_args"):
-            check_int(f"data.listops.{key}", getattr(self, key), 2)
-        for key in ("min_length", "max_length", "n_train", "n_val", "n_test"):
-            check_int(f"data.listops.{key}", getattr(self, key), 1)
-        if self.min_length > self.max_length:
-            raise ConfigError(f"data.listops.min_length={self.min_length} exceeds data.listops.max_length="
-                              f"{self.max_length}: min_length must not exceed max_length")
-
-
-@dataclass
-class MqarConfig:
-    """Generator settings for ``task: mqar`` (Zoology's multi-query associative recall; docs/tasks.md)."""
-
-    vocab_size: int = 64  # task ids; keys from the lower half, values from the upper half (+5 special ids)
-    seq_len: int = 64
-    n_kv_pairs: int = 8
-    n_train: int = 20000
-    n_val: int = 1000
-    n_test: int = 1000
-    power_a: float = 0.01  # query gaps p(g) ~ g^(power_a - 1), Zoology's value
-
-    def __post_init__(self):
-        for key in ("n_train", "n_val", "n_test"):
-            check_int(f"data.mqar.{key}", getattr(self, key), 1)
-
-
-@dataclass
-class QgramConfig(MqarConfig):
-    """Generator settings for ``task: qgram_ar``: MQAR whose keys are ``key_len`` tokens (docs/tasks.md)."""
-
-    seq_len: int = 32
-    n_kv_pairs: int = 4
-    key_len: int = 2
-    n_key_tokens: int = 2  # distinct key tokens per example; n_key_tokens ** key_len keys in all
-
-    def __post_init__(self):
-        for key in ("n_train", "n_val", "n_test"):
-            check_int(f"data.qgram_ar.{key}", getattr(self, key), 1)
-
-
-@dataclass
-class DataConfig:
-    """Every key of the ``data`` node."""
-
-    task: str = "bbc_news"  # bbc_news | bbc_news_lm | bbc_news_mlm | listops | mqar | qgram_ar | ag_news | imdb |
-    #                         sst2 | wikitext2 | tiny_shakespeare | file (data.path), or your own task (with `source`)
+    task: str = "bbc_news"  # a built-in task (mhalab.data.tasks.TASKS; file: data.path), or your own (with `source`)
     source: Optional[Any] = None  # your own task: {_target_: your_package.YourTask, ...} (mhalab.data.tasks.Task)
     objective: Optional[str] = None  # classification | mlm | clm; None: the task's own
     path: Any = None  # local file(s) replacing the task's source: a file, a list, or {train: ..., validation: ...}
@@ -128,12 +51,9 @@ class DataConfig:
     hf_cache_dir: Optional[str] = None  # None: the Hugging Face datasets cache (HF_DATASETS_CACHE)
     n_classes: Optional[int] = None  # None: the task's number of classes
     limit: Optional[int] = None  # at most this many examples per split (quick runs)
-    listops: ListOpsConfig = field(default_factory=ListOpsConfig)
-    mqar: MqarConfig = field(default_factory=MqarConfig)
-    qgram_ar: QgramConfig = field(default_factory=QgramConfig)
 
     def __post_init__(self):
-        for name, cls in (("listops", ListOpsConfig), ("mqar", MqarConfig), ("qgram_ar", QgramConfig)):
+        for name, cls in SETTINGS.items():
             if isinstance(getattr(self, name), dict):
                 setattr(self, name, cls(**getattr(self, name)))
         if not isinstance(self.task, str) or not self.task or any(c in self.task for c in "/\\\0"):
@@ -183,7 +103,7 @@ class DataConfig:
         unknown = sorted(k for k in cfg if k not in known)
         if unknown:
             raise ConfigError(f"unknown data key {unknown[0]!r}: allowed keys are {', '.join(sorted(known))}")
-        for name, sub in (("listops", ListOpsConfig), ("mqar", MqarConfig), ("qgram_ar", QgramConfig)):
+        for name, sub in SETTINGS.items():
             sub_known = {f.name for f in dataclasses.fields(sub)}
             sub_unknown = sorted(k for k in (cfg.get(name) or {}) if k not in sub_known)
             if sub_unknown:
@@ -194,8 +114,7 @@ class DataConfig:
     def resolved(self) -> DataConfig:
         """A copy with the task's defaults filled in and the task-dependent combinations checked."""
         info = self.info
-        out = dataclasses.replace(self, listops=dataclasses.replace(self.listops), mqar=dataclasses.replace(self.mqar),
-                                  qgram_ar=dataclasses.replace(self.qgram_ar))
+        out = dataclasses.replace(self, **{name: dataclasses.replace(getattr(self, name)) for name in SETTINGS})
         out.objective = self.objective or info.objective
         out.tokenizer = self.tokenizer or info.default_tokenizer
         if out.text_column is None:
@@ -204,58 +123,41 @@ class DataConfig:
             out.cache_dir = os.path.join(os.getcwd(), ".cache", "mhalab")
         if "${" in str(out.cache_dir):
             raise ConfigError(f"data.cache_dir={out.cache_dir!r} is an unresolved interpolation; give a directory")
-        if info.source == "file" and out.path is None:
-            raise ConfigError("data.task=file needs data.path: a file, a list of files or {train: ..., validation: "
-                              "..., test: ...} (CSV/TSV, JSON/JSONL, text or Parquet), e.g. data=file data.path=my.csv")
-        if out.objective == "classification" and info.label_names is None and out.n_classes is None and \
-                info.source != "file":  # a file's own string labels name its classes
-            raise ConfigError(f"data.objective=classification with data.task={out.task}: a language-modelling task "
-                              "has no labels; use data.objective=mlm or clm (or data.n_classes with a labelled "
-                              "data.path)")
-        if out.tokenizer == "listops" and out.task != "listops":
+        self.task_object().check(out)
+        if out.tokenizer == "listops" and info.default_tokenizer != "listops":
+            fits = [name for name, task in TASKS.items() if task.info.default_tokenizer == "listops"]
             raise ConfigError(f"data.tokenizer=listops with data.task={out.task}: the listops vocabulary only fits "
-                              "data.task=listops; use byte or bpe")
-        if (out.tokenizer == "ids") != (info.source in SYNTHETIC):
+                              f"data.task={' or '.join(fits)}; use byte or bpe")
+        if (out.tokenizer == "ids") != (info.default_tokenizer == "ids"):
+            synthetic = [name for name, task in TASKS.items() if task.info.default_tokenizer == "ids"]
             raise ConfigError(f"data.tokenizer={out.tokenizer} with data.task={out.task}: a synthetic task "
-                              f"({', '.join(SYNTHETIC)}) brings its own ids (tokenizer ids), text tasks need byte, bpe "
+                              f"({', '.join(synthetic)}) brings its own ids (tokenizer ids), text tasks need byte, bpe "
                               "or listops")
-        if info.source in SYNTHETIC:
-            out.check_synthetic()
         if out.tokenizer == "bpe":
             if out.vocab_size < 261:
                 raise ConfigError(f"data.vocab_size={out.vocab_size} with data.tokenizer=bpe: vocab_size must be >= 261 "
                                   "(the 256 bytes and 5 special tokens)")
-        if out.task == "listops" and out.path is None and out.listops.max_length + 1 > out.max_len:
-            raise ConfigError(f"data.listops.max_length={out.listops.max_length} with data.max_len={out.max_len}: "
-                              "max_length must be below max_len (one position holds [CLS]) so no expression is cut")
         return out
-
-    def check_synthetic(self) -> None:
-        """A synthetic task's generator settings fit together and into data.max_len."""
-        from mhalab.data import mqar, qgram_ar
-
-        g = getattr(self, self.task)
-        if self.task == "mqar":
-            mqar.check_mqar(g.n_train, g.seq_len, g.n_kv_pairs, g.vocab_size, g.power_a, self.split_seed)
-        else:
-            qgram_ar.check_qgram_ar(g.n_train, g.seq_len, g.n_kv_pairs, g.key_len, g.n_key_tokens, g.vocab_size,
-                                    g.power_a, self.split_seed)
-        if g.seq_len > self.max_len:
-            raise ConfigError(f"data.{self.task}.seq_len={g.seq_len} is longer than data.max_len={self.max_len}: "
-                              "raise data.max_len (and model.max_len)")
-        if self.objective != "clm":
-            raise ConfigError(f"data.objective={self.objective} with data.task={self.task}: recall is a next-token "
-                              "task; use data.objective=clm")
 
     @property
     def info(self) -> TaskInfo:
-        if self.source is not None:
-            return self.task_object().info
-        return TASKS[self.task]
+        return self.task_object().info
 
-    def task_object(self):
-        """Your own task (data.source), instantiated: an object with `info` (TaskInfo) and `load(cfg)`."""
+    @property
+    def train_examples(self) -> int | None:
+        """Training examples per epoch where the built-in task's settings fix them (a generated task without
+        data.path), else None; your own task is not built for it (`Task.train_examples`)."""
+        if self.source is not None or self.path is not None:
+            return None
+        return TASKS[self.task].train_examples(self)
+
+    def task_object(self) -> Task:
+        """The task, made once per config: the built-in one named data.task, or your own (data.source),
+        instantiated once it passed the allow-list: an object with `info` (TaskInfo) and `load(cfg)`."""
         if "_task_object" in self.__dict__:  # made once per config (not a field: not in the cache key)
+            return self.__dict__["_task_object"]
+        if self.source is None:
+            self.__dict__["_task_object"] = TASKS[self.task]()
             return self.__dict__["_task_object"]
         from hydra.utils import instantiate
         from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -275,9 +177,10 @@ class DataConfig:
             task = instantiate(source)
         except Exception as e:  # noqa: BLE001 - the user's class: name it and what went wrong
             raise ConfigError(f"data.source={self.source!r} could not be built ({type(e).__name__}: {e})") from None
-        if not isinstance(getattr(task, "info", None), TaskInfo) or not callable(getattr(task, "load", None)):
+        if not isinstance(task, Task) or not isinstance(task.info, TaskInfo):
             raise ConfigError(f"data.source={self.source!r} must build an object with an `info` (a "
-                              "mhalab.data.config.TaskInfo) and a `load(cfg)` method (see mhalab.data.tasks)")
+                              "mhalab.data.config.TaskInfo) and a `load(cfg)` method: a mhalab.data.tasks.Task "
+                              "subclass")
         self.__dict__["_task_object"] = task
         return task
 
@@ -303,23 +206,8 @@ class DataConfig:
         return list(names) if names is not None and len(names) == self.n_labels else None
 
 
-SPLIT_ALIASES = {"train": "train", "validation": "validation", "val": "validation", "valid": "validation",
-                 "dev": "validation", "test": "test"}
-
-
-def normalize_path(path: Any) -> dict[str, list[str]]:
-    """``data.path`` as ``{split: [absolute file, ...]}``."""
-    if isinstance(path, str):
-        return {"train": [os.path.abspath(os.path.expanduser(path))]}
-    if isinstance(path, (list, tuple)) and path and all(isinstance(p, str) for p in path):
-        return {"train": [os.path.abspath(os.path.expanduser(p)) for p in path]}
-    if isinstance(path, dict) and path:
-        out: dict[str, list[str]] = {}
-        for split, files in path.items():
-            if split not in SPLIT_ALIASES:
-                raise ConfigError(f"data.path split {split!r} is unknown; use train, validation or test.")
-            out[SPLIT_ALIASES[split]] = normalize_path(files)["train"]
-        if "train" not in out:
-            raise ConfigError("data.path given per split needs a 'train' entry.")
-        return out
-    raise ConfigError(f"data.path={path!r} must be a file, a list of files or a mapping of split to file(s).")
+DataConfig = dataclasses.make_dataclass(
+    "DataConfig", [(name, cls, field(default_factory=cls)) for name, cls in SETTINGS.items()], bases=(DataKeys,),
+    namespace={"__doc__": "Every key of the ``data`` node: the shared keys (`DataKeys`) and data.<task> for each "
+                          "built-in task with settings (`mhalab.data.tasks`)."})
+DataConfig.__module__ = __name__  # pickled by name, like a class written here

@@ -13,7 +13,7 @@ from typing import Any
 
 from datasets import DatasetDict, Value, load_dataset
 
-from mhalab.data.config import normalize_path
+from mhalab.data.paths import normalize_path
 from mhalab.errors import ConfigError
 
 BUILDERS = {

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mhalab.data import bbc_news, cache
+from mhalab.data import cache
 from mhalab.data.arrow import ArrowSplit, load_splits
 from mhalab.data.config import DataConfig
 from mhalab.data.config import normalize_path
@@ -47,12 +47,11 @@ def key_parts(cfg: DataConfig) -> dict:
 
 
 def source_digests(cfg: DataConfig) -> dict:
-    """sha256 of the content of the files the raw text is read from (none for ListOps and Hub tasks)."""
+    """sha256 of the content of the files the raw text is read from (the task's `fingerprint`: none for generated
+    and Hub tasks)."""
     if cfg.path is not None:
         return {split: [[f, _digest_or_none(f)] for f in files] for split, files in normalize_path(cfg.path).items()}
-    if cfg.info.source == "bbc_news":
-        return {"bbc_news": cache.tree_digest(bbc_news.corpus_dir())}
-    return {}
+    return cfg.task_object().fingerprint()
 
 
 def _digest_or_none(path: str) -> str | None:
@@ -88,9 +87,7 @@ def make_tokenizer(cfg: DataConfig, train: Dataset) -> Tokenizer:
 
 
 def ids_tokenizer(cfg: DataConfig) -> IdsTokenizer:
-    from mhalab.data.mqar import model_vocab_size
-
-    return IdsTokenizer(model_vocab_size(getattr(cfg, cfg.task).vocab_size))
+    return IdsTokenizer(cfg.task_object().ids_vocab_size(cfg))
 
 
 def load_tokenizer(cfg: DataConfig, folder: Path) -> Tokenizer:

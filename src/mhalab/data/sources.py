@@ -7,44 +7,29 @@ q-gram recall) give ``input_ids`` and per-position ``labels`` directly.
 
 from __future__ import annotations
 
-import os
-
 from datasets import ClassLabel, Dataset, DatasetDict, Value
 
-from mhalab.data import bbc_news, hub, listops, local_files
-from mhalab.data.config import DataConfig, normalize_path
+from mhalab.data.config import DataConfig
 from mhalab.data.splits import SPLITS, complete_splits
+from mhalab.data.tasks import file
 from mhalab.errors import ConfigError
 
 
 def load_raw(cfg: DataConfig) -> DatasetDict:
-    """The task's splits, from ``data.path`` if given, else from the task's own source."""
+    """The task's splits, from ``data.path`` if given, else from the task's own ``load``."""
     classify = cfg.objective == "classification"
-    source = cfg.info.source
-    if cfg.path is None and source in ("mqar", "qgram_ar"):
-        return load_synthetic(cfg)
+    task = cfg.task_object()
+    if cfg.path is None and cfg.info.default_tokenizer == "ids":  # a generator's ids and labels, as they are
+        return task.load(cfg)
     if cfg.path is not None:
-        hf_cache = os.path.join(cfg.cache_dir, "hf_datasets")
-        dd = local_files.load_local(cfg.path, cfg.text_column, cfg.label_column if classify else None, hf_cache)
-        where = f"data.path file(s) {', '.join(f for fs in normalize_path(cfg.path).values() for f in fs)}"
-    elif source == "user":
-        dd = cfg.task_object().load(cfg)
+        dd, where = file.load_path(cfg), file.describe_path(cfg)
+    else:
+        dd, where = task.load(cfg), task.where(cfg)
         if not isinstance(dd, DatasetDict) or "train" not in dd:
             raise ConfigError(f"data.source of task {cfg.task}: load(cfg) must return a DatasetDict with a 'train' "
                               "split")
         dd = DatasetDict({s: ds if "id" in ds.column_names else ds.add_column("id", [f"{s}-{i}" for i in range(len(ds))])
                           for s, ds in dd.items() if s in SPLITS})
-        where = f"task {cfg.task} (data.source)"
-    elif source == "bbc_news":
-        dd, where = DatasetDict({"train": bbc_news.load_bbc_news()}), "BBC News"
-    elif source == "listops":
-        lo = cfg.listops
-        dd = listops.load_listops(
-            lo.n_train, lo.n_val, lo.n_test, cfg.split_seed, lo.max_depth, lo.max_args, lo.min_length, lo.max_length
-        )
-        where = "ListOps"
-    else:
-        dd, where = _load_hub(cfg), cfg.info.hub_repo
     if classify:
         dd = with_label_names(dd, cfg, where)
     # Stratify whenever there are labels, so bbc_news_mlm gets exactly the documents splits of bbc_news.
@@ -67,54 +52,6 @@ def load_raw(cfg: DataConfig) -> DatasetDict:
              for s, ds in dd.items()}
         )
     return dd
-
-
-def load_synthetic(cfg: DataConfig) -> DatasetDict:
-    """MQAR or q-gram recall from the task's generator: ``input_ids`` and ``labels`` (-100 off the queries)."""
-    from mhalab.data import mqar, qgram_ar
-
-    g = getattr(cfg, cfg.task)
-    if cfg.task == "mqar":
-        splits = mqar.generate_mqar_splits(g.n_train, g.n_val, g.n_test, g.seq_len, g.n_kv_pairs, g.vocab_size,
-                                           g.power_a, cfg.split_seed)
-    else:
-        splits = qgram_ar.generate_qgram_ar_splits(g.n_train, g.n_val, g.n_test, g.seq_len, g.n_kv_pairs, g.key_len,
-                                                   g.n_key_tokens, g.vocab_size, g.power_a, cfg.split_seed)
-    if cfg.limit is not None:
-        splits = {s: (ids[:cfg.limit], labels[:cfg.limit]) for s, (ids, labels) in splits.items()}
-    return DatasetDict({s: Dataset.from_dict({"input_ids": ids, "labels": labels}) for s, (ids, labels)
-                        in splits.items()})
-
-
-def _load_hub(cfg: DataConfig) -> DatasetDict:
-    """A hub task's train/validation/test; splits without labels (e.g. SST-2's test) are left out."""
-    info = cfg.info
-    dd = hub.load_hub(cfg.task, info.hub_repo, info.hub_config, cfg.hf_cache_dir)
-    out = {}
-    for split in SPLITS:
-        if split not in dd:
-            continue
-        ds = dd[split]
-        if cfg.text_column not in ds.column_names:
-            raise ConfigError(
-                f"data.text_column={cfg.text_column!r} is not a column of {info.hub_repo}; "
-                f"columns are {ds.column_names}."
-            )
-        keep = {cfg.text_column: "text"}
-        if cfg.objective == "classification":
-            if cfg.label_column not in ds.column_names:
-                raise ConfigError(
-                    f"data.label_column={cfg.label_column!r} is not a column of {info.hub_repo}; "
-                    f"columns are {ds.column_names}."
-                )
-            if min(ds[cfg.label_column]) < 0:  # unlabelled split (labels -1)
-                continue
-            keep[cfg.label_column] = "label"
-        ds = ds.select_columns(list(keep)).rename_columns({k: v for k, v in keep.items() if k != v})
-        out[split] = ds.add_column("id", [f"{split}-{i}" for i in range(len(ds))])
-    if "train" not in out:
-        raise ConfigError(f"the Hub dataset {info.hub_repo} has no labelled 'train' split for data.task={cfg.task}.")
-    return DatasetDict(out)
 
 
 def with_label_names(dd: DatasetDict, cfg: DataConfig, where: str) -> DatasetDict:

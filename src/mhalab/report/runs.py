@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mhalab.data.config import DataConfig
 from mhalab.errors import ConfigError
 from mhalab.stats import lower_is_better
 from mhalab.runs.summary import SUMMARY, RunSummary, read_summary
@@ -168,7 +169,7 @@ def design(s: RunSummary) -> dict[str, Any]:
     m, a = s.architecture.get("model", {}), s.architecture.get("attention", {})
     cfg = s.config
     data, trainer, optim = cfg.get("data", {}) or {}, cfg.get("trainer", {}) or {}, cfg.get("optim", {}) or {}
-    n_train = ((data.get("mqar") or {}).get("n_train") if data.get("task") == "mqar" else None)
+    n_train = DataConfig(**data).train_examples if data else None  # the task says, where its settings fix it
     steps, batch = s.timings.get("train_steps"), data.get("batch_size")
     return {"n_heads": a.get("n_heads"), "n_kv_heads": a.get("n_kv_heads"), "d_head": a.get("d_head"),
             "d_model": m.get("d_model"), "d_ff": m.get("d_ff"), "n_layers": m.get("n_layers"),

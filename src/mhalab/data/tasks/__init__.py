@@ -1,4 +1,10 @@
-"""Your own data task: subclass `Task`, name it in your config, allow its package.
+"""Data tasks: every built-in task is a `Task` subclass in a module of this folder; yours is one too.
+
+A built-in task is found by its module here: a `Task` subclass with a `name` (its `data.task`) is registered in
+`TASKS`, and its `settings` dataclass (if any) becomes the `data.<name>` node of `mhalab.data.config.DataConfig`.
+Adding one is adding a module (and, for `data=<name>`, a conf/data/<name>.yaml).
+
+Your own task: subclass `Task`, name it in your config, allow its package.
 
     # mytasks.py
     from datasets import Dataset, DatasetDict
@@ -34,15 +40,25 @@ plots, ablate, convert reading the run back; mhalab.targets) admits it, nothing 
 
 from __future__ import annotations
 
-from mhalab.data.config import TaskInfo
+import importlib
+import pkgutil
+
+from mhalab.data.tasks.base import Task, TaskInfo
+
+__all__ = ["TASKS", "Task", "TaskInfo"]
 
 
-class Task:
-    """A data task: `info` says what it is (objective, classes, default tokenizer); `load` gives its text."""
+def _built_in() -> dict[str, type[Task]]:
+    """data.task name -> Task subclass, for every named subclass defined in a module of this folder."""
+    found: dict[str, type[Task]] = {}
+    for module_info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{module_info.name}")
+        for obj in vars(module).values():
+            if isinstance(obj, type) and issubclass(obj, Task) and obj.__module__ == module.__name__ and obj.name:
+                if obj.name in found:
+                    raise RuntimeError(f"two built-in tasks are named {obj.name!r}: {found[obj.name]} and {obj}")
+                found[obj.name] = obj
+    return dict(sorted(found.items()))
 
-    info: TaskInfo = TaskInfo(objective="classification", source="user")
 
-    def load(self, cfg):
-        """Raw splits as a `datasets.DatasetDict`: "train" (required), optionally "validation" and "test", each
-        with a `text` column and, for classification, a `label` column (ids or names)."""
-        raise NotImplementedError
+TASKS: dict[str, type[Task]] = _built_in()
