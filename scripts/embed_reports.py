@@ -2,7 +2,7 @@
 states a design or a result that did not run.
 
     python scripts/embed_reports.py          # rewrite the generated blocks
-    python scripts/embed_reports.py --check  # exit 1 if any block differs (tests/test_readme_tables.py)
+    python scripts/embed_reports.py --check  # exit 1 if any block differs (tests/docs/test_readme_tables.py)
 
 An experiment README marks each block with `<!-- generated from <file>.md -->` ... `<!-- end generated -->` (a path
 beside the README): from a `report.md` it receives the report's design, tuning, comparison and head sections, from

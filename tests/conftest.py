@@ -35,7 +35,7 @@ def no_grants(monkeypatch):
 def _torch_threads():
     """A test that sets torch's thread count in this process (`torch_threads=1`, `mhalab bench ... threads=1`) leaves
     the tests after it in the same worker as it found them: with one thread instead of two, a run's head statistics
-    move in the 7th digit, and tests/test_resume.py compares an in-process run with a subprocess bit for bit."""
+    move in the 7th digit, and tests/runs/test_resume.py compares an in-process run with a subprocess bit for bit."""
     import torch
 
     n = torch.get_num_threads()

@@ -20,7 +20,7 @@ from mhalab.cost import (attention_peak_bytes, decode_step_bytes, encoder_flops,
 from mhalab.model import LanguageModel, build_model
 from mhalab.architecture import Architecture, AttentionConfig, ModelConfig
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHAPES = [  # d_model, n_heads, d_head, n_kv_heads, n, batch
     (32, 4, 8, 4, 24, 1),  # MHA, d_head = d_model / n_heads
     (32, 8, 6, 2, 17, 2),  # GQA, d_head != d_model / n_heads
@@ -307,7 +307,7 @@ def test_gpu_dry_run_writes_the_folder_and_a_report_without_gpu_figures(tmp_path
     assert res["exit_status"] == 0 and {k: s["status"] for k, s in res["steps"].items()} == {
         "tests": "ok", "train": "ok", "throughput": "ok", "complexity": "ok", "decode": "ok"}
     pytest_cmd, *train_cmds = commands
-    assert pytest_cmd[1:5] == ["-m", "pytest", "-m", "gpu"] and pytest_cmd[5].endswith("tests/test_gpu.py")
+    assert pytest_cmd[1:5] == ["-m", "pytest", "-m", "gpu"] and pytest_cmd[5].endswith("tests/bench/test_gpu.py")
     assert [c[1:3] for c in train_cmds] == [["-m", "mhalab.training.train"]] * 2  # the default task and mqar
     assert all("trainer.accelerator=cpu" in c for c in train_cmds) and any("data=mqar" in c for c in train_cmds)
     for path in ("report.md", "summary.json", "tests/pytest.log", "tests/junit.xml", "train/bbc_news-summary.json",
@@ -412,7 +412,7 @@ def test_startup_rotates_the_order_and_reports_the_median_ratio(tmp_path, monkey
 
     monkeypatch.setattr(startup, "timed", fake)
     monkeypatch.setattr(startup, "time_sweep_preflight", lambda cfg, env: 4.5)
-    monkeypatch.setattr(startup, "time_sweep", lambda cfg, env, root: None)  # tests/test_overhead.py runs it
+    monkeypatch.setattr(startup, "time_sweep", lambda cfg, env, root: None)  # tests/training/test_overhead.py runs it
     r = startup.run_startup(parse("startup", ["rounds=3", f"out_dir={tmp_path}"]))
     assert order == ["run", "baseline", "run", "frozen", "run", "frozen", "baseline", "frozen", "baseline", "run"]
     # round 1: baseline 2.0, run 3.0, frozen 2.5; round 2: run 6.0, frozen 2.4, baseline 4.0;

@@ -12,7 +12,7 @@ from mhalab.config.schema import DesignConfig
 from mhalab.errors import ConfigError
 from mhalab.runs.preflight import compose, validate
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DESIGNS = ["kv_lr_curve", "kv_capacity", "kv_bpb", "head_width_dff", "seq_len_threshold"]
 
 

@@ -126,7 +126,7 @@ def test_every_allow_listed_class_of_mhalab_and_lightning_exists_and_is_a_class(
 
 def test_slurm_sweep_passes_the_real_preflight(tmp_path, monkeypatch):
     """submitit's `setup: Optional[List[str]] = None` is walked without error (issue 17). The cluster's own check of
-    the resources (sbatch --test-only) needs a cluster: tests/test_slurm.py runs it on a real one."""
+    the resources (sbatch --test-only) needs a cluster: tests/runs/test_slurm.py runs it on a real one."""
     monkeypatch.setattr("mhalab.runs.slurm.check_launcher", lambda cfg, n_jobs: None)
     plan = preflight(["-m", "hydra/launcher=slurm", f"paths.root_dir={tmp_path}", "seed=0,1"])
     assert plan.multirun and [job[-1] for job, _ in plan.jobs] == ["seed=0", "seed=1"]

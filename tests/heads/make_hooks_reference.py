@@ -1,6 +1,6 @@
 """Reference values from the code before hooks (commit a08120a): every statistic, importance, zero/mean ablation
-and pruning of two tiny trained models, saved with their weights and batches, for tests/test_hooks.py.
-Run with that commit's code: git checkout a08120a -- src && PYTHONPATH=src python tests/data/make_hooks_reference.py
+and pruning of two tiny trained models, saved with their weights and batches, for tests/heads/test_hooks.py.
+Run with that commit's code: git checkout a08120a -- src && PYTHONPATH=src python tests/heads/make_hooks_reference.py
 """
 import dataclasses
 import sys

@@ -16,8 +16,8 @@ from mhalab.hooks import POINTS, act_name, hook_names, hooks, run_with_cache, ru
 from mhalab.model import build_model
 from mhalab.training.module import AttentionLitModule
 
-# written by tests/data/make_hooks_reference.py with the code of a08120a, before the hook points
-REFERENCE = Path(__file__).parent / "data" / "hooks_reference.pt"
+# written by tests/heads/make_hooks_reference.py with the code of a08120a, before the hook points
+REFERENCE = Path(__file__).parent / "hooks_reference.pt"
 
 
 def model(**sizes):
@@ -154,7 +154,7 @@ def same(row: dict, old: dict) -> bool:
 
 # ---------------------------------------------------------------- the README's examples
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def readme_code(marker: str) -> str:

@@ -140,7 +140,7 @@ def test_a_nan_metric_is_a_failed_job_not_a_traceback(tmp_path):
     (c,) = r["comparisons"]
     assert c["verdict"] == "separated" and "seed_5" not in (tmp_path / "report" / "report.csv").read_text()
     assert [Path(f["dir"]).name for f in r["failed"] if f["kind"] == "non-finite"] == ["nan"]  # more in
-    # tests/test_report_read_back.py
+    # tests/report/test_report_read_back.py
 
 
 def test_identical_arms_are_said_in_words(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import TINY
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def mhalab(root: Path, data_cache: Path, *overrides: str, multirun: bool = False) -> subprocess.CompletedProcess:

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from conftest import TINY
-from test_security_secrets import Listener  # one 127.0.0.1 listener for the network vectors
+from test_secrets import Listener  # one 127.0.0.1 listener for the network vectors
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SECRET = "AKIAsecretVALUE0xC0FFEE"
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import TINY
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SECRET = "AKIAsecretVALUE0xC0FFEE"
 MARK = "<redacted: oc.env:AWS_SECRET_ACCESS_KEY>"
 ENV = "${oc.env:AWS_SECRET_ACCESS_KEY}"

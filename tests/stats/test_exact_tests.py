@@ -46,7 +46,7 @@ def test_permutation_p_matches_scipy(a, b):
 
 def test_intervals_stay_in_the_range_the_data_can_reach():
     """Values in [0, 1]: the inverted interval of a difference stays in [-1, 1]; the descriptive interval of a mean
-    is Student's t (its coverage is the one it is labelled with; tests/test_report_defaults.py), which may leave it."""
+    is Student's t (its coverage is the one it is labelled with; tests/report/test_report_defaults.py), which may leave it."""
     vals = [1.0, 0.25, 1.0, 0.25, 1.0]
     mean, lo, hi = inf.mean_ci(vals)
     assert (lo, hi) == pytest.approx(stats.t.interval(0.95, 4, loc=mean, scale=stats.sem(vals)))
