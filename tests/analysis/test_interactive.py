@@ -47,6 +47,7 @@ def chromium(url, tmp_path):
     return r.stdout, [line for line in r.stderr.splitlines() if "CONSOLE" in line]
 
 
+@pytest.mark.proc
 @pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install chromium) to load the page")
 @pytest.mark.parametrize("n_kv_heads", [None, 2])
 def test_hover_changes_the_drawing_in_chromium_without_console_errors(tmp_path, n_kv_heads):
@@ -60,6 +61,7 @@ def test_hover_changes_the_drawing_in_chromium_without_console_errors(tmp_path, 
     assert any("undefinedName" in line for line in console) and "data-selftest" not in dom
 
 
+@pytest.mark.proc
 def test_mhalab_plots_html_writes_the_page_of_a_run(tiny_runs, tmp_path):
     from mhalab.analysis.plots import main
 

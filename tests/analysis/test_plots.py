@@ -84,6 +84,7 @@ def test_cli_missing_summary_exits_2(tmp_path, capsys):
     assert e.value.code == 2 and str(tmp_path / "summary.json") in err and err.count("\n") == 1
 
 
+@pytest.mark.proc
 def test_attention_grid_stays_small_in_memory():
     """seaborn draws the figure to check tick labels; on a canvas-less Figure that cost ~6 GB for 8 panels."""
     code = ("import resource, torch\nfrom mhalab.analysis.plots import attention_figure\n"

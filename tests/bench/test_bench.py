@@ -72,6 +72,7 @@ def test_cli_usage_cfg_and_unknown_subcommand(capsys):
     assert exit_.value.code == 2
 
 
+@pytest.mark.proc
 def test_the_cli_parses_before_importing_torch():
     code = ("import sys; import mhalab.bench, mhalab.bench.config, mhalab.cost; "
             "mhalab.bench.config.parse('gpu', ['dry_run=true']); assert 'torch' not in sys.modules, 'torch'")
@@ -376,6 +377,7 @@ def test_claims_say_by_how_much_a_goal_is_missed():
                         "missed by 1.10 points at d1024-compiled", "holds", "off by -0.30", "reached (>= 10x)"]
 
 
+@pytest.mark.proc
 @pytest.mark.slow
 def test_gpu_dry_run_with_its_real_subprocesses(tmp_path, data_cache):
     r = subprocess.run([sys.executable, "-m", "mhalab", "bench", "gpu", "dry_run=true", f"out={tmp_path}",
@@ -425,6 +427,7 @@ def test_startup_rotates_the_order_and_reports_the_median_ratio(tmp_path, monkey
     assert "preflight of a 100-job sweep" in text and "**4.5 s**" in text and r["sweep_preflight"]["jobs"] == 100
 
 
+@pytest.mark.proc
 @pytest.mark.slow
 def test_startup_measures_real_processes(tmp_path):
     r = subprocess.run([sys.executable, "-m", "mhalab", "bench", "startup", "rounds=1", f"out_dir={tmp_path}"],

@@ -72,6 +72,7 @@ COMMANDS = [
 ]
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("overrides, says", COMMANDS, ids=[o[0][:40] for o, _ in COMMANDS])
 def test_mhalab_train_refuses_an_odd_value_with_exit_2(tmp_path, data_cache, overrides, says):
     env = {**os.environ, "WANDB_SILENT": "true"}

@@ -64,6 +64,7 @@ hydra:
 """
 
 
+@pytest.mark.proc
 @pytest.mark.slow  # a real tiny design through every stage: about 2 minutes on 2 idle cores
 def test_runner_runs_every_stage_with_its_numerics_and_resumes(tmp_path):
     """A real design, tiny: stage A (2 rates x 2 arms), the frozen choice, stage B and both second numerics, each

@@ -78,6 +78,7 @@ def test_vectors_in_a_config_folder_are_refused_too(tmp_path, evil):
     assert not marker.exists()
 
 
+@pytest.mark.proc
 def test_the_real_command_refuses_with_exit_2_and_the_payload_never_runs(tmp_path, evil):
     evil_pt, marker = evil
     r = subprocess.run([sys.executable, "-m", "mhalab", "train", f"paths.root_dir={tmp_path}",

@@ -54,6 +54,7 @@ def test_arrow_reader_gives_what_the_torch_format_of_datasets_gives(task, data_c
         ours["train"][len(ours["train"])]
 
 
+@pytest.mark.proc
 def test_a_job_on_a_warm_cache_does_not_import_datasets(data_cache):
     cfg = {**TASKS["mqar"], "cache_dir": str(data_cache)}
     preprocessing.prepare(DataConfig.from_any(cfg))

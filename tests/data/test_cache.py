@@ -194,6 +194,7 @@ def dead_pid() -> int:
     return proc.pid
 
 
+@pytest.mark.proc
 def test_stale_tmp_of_dead_pid_removed_live_kept(tmp_path, csv):
     cfg = config(tmp_path, csv)
     folder = preprocessing.cache_path(cfg)
@@ -264,6 +265,7 @@ def run_children(tmp_path, mode: str, cfg: DataConfig, n: int) -> list[str]:
     return [out.strip().splitlines()[-1] for out, _ in outs]
 
 
+@pytest.mark.proc
 def test_two_processes_preparing_at_once_build_once(tmp_path, csv):
     cfg = config(tmp_path, csv)
     first, second = (json.loads(line) for line in run_children(tmp_path, "race", cfg, 2))
@@ -309,6 +311,7 @@ def test_full_disk_keeps_the_failing_files_name(tmp_path, csv, monkeypatch):
     assert tmp_folders(cfg) == [] and not preprocessing.cache_path(cfg).exists()
 
 
+@pytest.mark.proc
 def test_file_size_limit_in_a_subprocess(tmp_path):
     cfg = DataConfig.from_any({"task": "bbc_news", "tokenizer": "byte", "limit": 40, "cache_dir": str(tmp_path / "c")})
     (line,) = run_children(tmp_path, "fsize", cfg, 1)

@@ -62,6 +62,7 @@ def test_generator_deterministic_and_in_bounds():
         assert set(text.split()) <= set(listops.TOKENS)
 
 
+@pytest.mark.proc
 def test_generator_ignores_hash_randomisation():
     code = (
         "import runpy, sys; m = runpy.run_path(sys.argv[1]);"

@@ -4,6 +4,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.proc  # every test here starts real processes
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -65,6 +65,7 @@ def test_baseline_with_an_equals_sign(argv):
     assert p.parse_args(kv_args(["d", "--baseline", "seed=0", "metric=val/acc"], p)).metric == "val/acc"
 
 
+@pytest.mark.proc
 def test_baseline_forms_as_a_real_command(sweep, tmp_path):
     for i, form in enumerate((["--baseline", "optim.lr=0.2"], ["--baseline=optim.lr=0.2"])):
         out = tmp_path / f"out{i}"

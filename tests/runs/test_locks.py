@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.proc  # every test here starts real processes
+
 RUN = ["stats.importance=false", "stats.plots=false"]
 
 

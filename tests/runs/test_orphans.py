@@ -15,6 +15,8 @@ import pytest
 from conftest import TINY
 from test_stopping import RUN, _env, status, wait_for
 
+pytestmark = pytest.mark.proc  # every test here starts real processes
+
 MHALAB = [sys.executable, "-m", "mhalab"]
 GRACE_S = 10  # how long any process of the sweep may outlive its command
 

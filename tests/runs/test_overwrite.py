@@ -14,6 +14,8 @@ import pytest
 
 from conftest import TINY
 
+pytestmark = pytest.mark.proc  # every test here starts real processes
+
 REPO = Path(__file__).resolve().parents[2]
 
 

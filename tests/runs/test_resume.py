@@ -64,6 +64,7 @@ def kill_and_resume(run_train, tmp_path, fault: str, workers: int) -> tuple[subp
     return resumed, got
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("point,workers", [("after a mid-epoch checkpoint", 0), ("during validation", 2)])
 def test_kill_then_resume_is_bit_identical(run_train, tmp_path, reference, point, workers):
     resumed, got = kill_and_resume(run_train, tmp_path, KILL_POINTS[point], workers)
@@ -72,6 +73,7 @@ def test_kill_then_resume_is_bit_identical(run_train, tmp_path, reference, point
     assert results(got) == results(reference(workers))  # exactly, not approximately
 
 
+@pytest.mark.proc
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("point", list(KILL_POINTS))
@@ -84,6 +86,7 @@ BF16 = ["trainer=gpu", "trainer.accelerator=cpu"]  # the GPU recipe (bf16-mixed)
 COMPILE = ["model.compile=true", "model.compile_backend=aot_eager"]  # torch.compile's tracing, without a C++ build
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("how", [BF16, COMPILE], ids=["bf16-mixed", "torch.compile"])
 def test_a_gpu_option_killed_and_resumed_is_bit_identical(run_train, tmp_path, data_cache, how):
     """The `trainer=gpu` recipe on the CPU (bf16 autocast, float32 parameters and optimizer state in the
@@ -121,6 +124,7 @@ def stop_with(sig, args: list[str], cwd) -> tuple[subprocess.CompletedProcess, o
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), run_dir
 
 
+@pytest.mark.proc
 def test_sigterm_saves_writes_an_interrupted_summary_and_the_run_resumes(tmp_path, data_cache):
     args = [*TINY, *RUN, f"paths.root_dir={tmp_path}", f"data.cache_dir={data_cache}",
             "trainer.max_epochs=8"]  # long enough to be stopped (the signal comes at step 2 of 32), short to resume
@@ -138,6 +142,7 @@ def test_sigterm_saves_writes_an_interrupted_summary_and_the_run_resumes(tmp_pat
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "ok"
 
 
+@pytest.mark.proc
 def test_sigint_exits_130_with_an_interrupted_summary(tmp_path, data_cache):
     r, run_dir = stop_with(signal.SIGINT, [*TINY, *RUN, f"paths.root_dir={tmp_path}", f"data.cache_dir={data_cache}",
                                            "trainer.max_epochs=30"], tmp_path)
@@ -157,6 +162,7 @@ def test_resume_on_a_finished_run_says_so_and_changes_nothing(train, tmp_path):
     assert by_dir.returncode == 0 and "has finished" in by_dir.stdout
 
 
+@pytest.mark.proc
 def test_resume_refuses_other_overrides_and_picks_the_unfinished_run_not_a_finished_twin(run_train, train, tmp_path):
     killed = run_train(*RUN, "fault.kill_at_step=3")
     assert killed.returncode == -signal.SIGKILL
@@ -173,6 +179,7 @@ def test_resume_refuses_other_overrides_and_picks_the_unfinished_run_not_a_finis
     assert (twin / "summary.json").read_text() == twin_summary
 
 
+@pytest.mark.proc
 def test_a_second_process_cannot_work_in_a_locked_run(tmp_path):
     run_dir = tmp_path / "run"
     (run_dir / ".hydra").mkdir(parents=True)
@@ -207,6 +214,7 @@ def test_interrupted_writes_leave_no_temporary_files_behind(tmp_path):
     assert not any(p.exists() for p in stale) and (run_dir / "checkpoints" / "last.ckpt").exists()
 
 
+@pytest.mark.proc
 def test_multirun_resume_finishes_only_the_unfinished_jobs(run_train, train, tmp_path):
     sweep = ["attention.n_heads=1,2", "stats=off"]
     killed = run_train(*sweep, "fault.kill_at_step=2", multirun=True)  # the first job dies, taking the sweep
@@ -220,6 +228,7 @@ def test_multirun_resume_finishes_only_the_unfinished_jobs(run_train, train, tmp
     assert len(list((tmp_path / "logs" / "train" / "multiruns").iterdir())) == 1
 
 
+@pytest.mark.proc
 def test_slurm_preemption_signal_requeues_and_the_requeued_job_continues(tmp_path, data_cache):
     """SLURM's warning signal (simulated): checkpoint, interrupted summary, `scontrol requeue <job>`, and the
     requeued job (SLURM_RESTART_COUNT=1, same directory) resumes from last.ckpt."""

@@ -26,7 +26,7 @@ spec = importlib.util.spec_from_file_location("slurm_cluster", REPO / "scripts" 
 slurm_cluster = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(slurm_cluster)
 
-pytestmark = [pytest.mark.slurm,
+pytestmark = [pytest.mark.slurm, pytest.mark.proc,
               pytest.mark.skipif(bool(slurm_cluster.missing()), reason="SLURM is not installed (slurm-wlm, munge)")]
 
 LONG = [*RUN, "trainer.max_epochs=30"]  # 120 steps: long enough to be signalled after the first checkpoint

@@ -15,6 +15,8 @@ import pytest
 
 from conftest import TINY
 
+pytestmark = pytest.mark.proc  # every test here starts real processes
+
 RUN = ["stats.importance=false", "stats.plots=false"]
 MHALAB = [sys.executable, "-m", "mhalab"]
 

@@ -20,6 +20,8 @@ import pytest
 from conftest import TINY
 from test_secrets import Listener  # one 127.0.0.1 listener for the network vectors
 
+pytestmark = pytest.mark.proc  # every test here starts real processes
+
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "AKIAsecretVALUE0xC0FFEE"
 

@@ -19,6 +19,8 @@ import pytest
 
 from conftest import TINY
 
+pytestmark = pytest.mark.proc  # every test here starts real processes
+
 TIMEOUT = 180
 MARKERS = ("pwned", "pwned-pth", "pwned-import", "site/evil.pth")  # what a payload that ran leaves
 

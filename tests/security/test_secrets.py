@@ -75,6 +75,7 @@ SECRET_VECTORS = {  # name -> (overrides, dotted keys the console line must name
 }
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("name", list(SECRET_VECTORS))
 def test_a_secret_from_the_environment_is_written_nowhere(tmp_path, data_cache, name):
     overrides, keys = SECRET_VECTORS[name]
@@ -179,6 +180,7 @@ FILE_VECTORS = {  # name -> (folder/file under --config-dir, its text, extra ove
 }
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("name", list(FILE_VECTORS))
 def test_a_setting_that_sends_data_is_refused_from_a_config_file(tmp_path, data_cache, listener, name):
     where, text, overrides, key = FILE_VECTORS[name]
@@ -200,6 +202,7 @@ COMMAND_LINE = ["logger=wandb", "logger.wandb.mode=online", "+logger.wandb.setti
                 f"+logger.wandb.settings.api_key={'0' * 40}", "+logger.wandb.settings.init_timeout=30"]
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("env", [{"WANDB_MODE": "offline"}, {"WANDB_DISABLED": "true"}])
 def test_the_environment_keeps_wandb_offline_whatever_the_command_line_says(tmp_path, data_cache, listener, env):
     r = mhalab(tmp_path, data_cache, *(o.format(url=url(listener)) for o in COMMAND_LINE), env=env)
@@ -210,6 +213,7 @@ def test_the_environment_keeps_wandb_offline_whatever_the_command_line_says(tmp_
     assert len(offline) == (1 if env.get("WANDB_MODE") == "offline" else 0)
 
 
+@pytest.mark.proc
 def test_online_from_the_command_line_is_allowed_and_a_wandb_failure_is_one_sentence(tmp_path, data_cache, listener):
     """The command line may send data (the listener is reached); the server refuses the key: one sentence naming
     wandb and what to do, exit status 1, no traceback and no disk advice, the failure recorded in summary.json."""

@@ -206,6 +206,7 @@ def test_at_least_forty_vectors():
     assert len(VECTORS) >= 40
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("name", VECTORS)
 def test_vector_is_refused_in_one_sentence_and_nothing_runs(ws, name):
     mark, out = ws / "pwned", ws / "outside"

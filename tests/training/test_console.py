@@ -39,6 +39,7 @@ def run_dir_of(output: str) -> Path:
     return Path(re.search(r"run directory (\S+)", output).group(1))
 
 
+@pytest.mark.proc
 def test_every_phase_prints_and_the_closing_validation_is_shown(run_train):
     """Validation, test and each extra begin with a line and, while they last, print one every heartbeat_s; the
     final line's val/loss is the last one printed (the closing validation, after 2 steps of 3, is printed)."""
@@ -78,6 +79,7 @@ def test_eta_from_recent_steps_does_not_swing():
     assert StepEta().eta(10) != StepEta().eta(10)  # no step yet: unknown (nan), never a made-up number
 
 
+@pytest.mark.proc
 def test_ctrl_c_during_extras_stops_at_once_and_resume_computes_them(tmp_path, data_cache):
     """SIGINT as the end-of-run importance starts: exit 130 within seconds, an "interrupted" summary, no ERROR;
     `resume=<dir>` then computes importance and pictures without training again, with the same metrics."""
@@ -119,6 +121,7 @@ def test_ctrl_c_during_extras_stops_at_once_and_resume_computes_them(tmp_path, d
     assert not re.search(r"\] - step \d+/", r.stdout)  # no training step ran again
 
 
+@pytest.mark.proc
 def test_rerunning_an_interrupted_command_names_the_unfinished_run_and_its_resume(tmp_path, data_cache):
     """The same command again, after a Ctrl-C: before its run starts it names the unfinished twin and the command
     that continues it; that command resumes the twin to the end."""
@@ -156,6 +159,7 @@ def test_rerunning_an_interrupted_command_names_the_unfinished_run_and_its_resum
     assert summary(twin)["status"] == "ok"
 
 
+@pytest.mark.proc
 def test_a_stopped_sweep_announces_no_job_it_does_not_start(tmp_path, data_cache):
     """Ctrl-C (to the process group) during job 0 of three: Hydra's line for job 0 is there, none for 1 and 2."""
     args = ["-m", *TINY, f"data.cache_dir={data_cache}", "stats.enabled=false", "trainer.max_epochs=200",
@@ -215,6 +219,7 @@ def test_trainer_settings_are_checked_against_the_batches_of_the_data():
     assert warning.startswith("trainer.check_val_every_n_epoch=2 with trainer.max_steps=15: training ends before")
 
 
+@pytest.mark.proc
 def test_val_check_interval_beyond_an_epoch_is_one_sentence_and_no_run_directory(run_train, tmp_path):
     r = run_train("trainer.val_check_interval=50")
     assert r.returncode == 2, r.stderr
@@ -226,6 +231,7 @@ def test_val_check_interval_beyond_an_epoch_is_one_sentence_and_no_run_directory
     assert not list((tmp_path / "logs").rglob("summary.json")) and not list((tmp_path / "logs").rglob(".hydra"))
 
 
+@pytest.mark.proc
 def test_debug_fast_is_one_validation_statistics_once_and_a_shared_data_cache(tmp_path, monkeypatch, run_train,
                                                                               data_cache):
     from mhalab.runs.preflight import compose

@@ -159,6 +159,7 @@ def test_multirun_gives_one_directory_and_summary_per_job(train, tmp_path):
     assert sorted(s["architecture"]["attention"]["n_heads"] for s in runs) == [1, 2, 4]
 
 
+@pytest.mark.proc
 def test_parallel_launcher_sweep_runs_every_job_in_worker_processes(run_train, tmp_path):
     """The recorded experiments' launcher, as a real process: joblib workers restore Hydra's state (the guarded
     pkg:// source among it) and each job ends ok with its own summary."""
@@ -190,6 +191,7 @@ def test_profile_report_is_saved(train, tmp_path):
     assert list(run_dir.glob("*profile*.txt"))
 
 
+@pytest.mark.proc
 @pytest.mark.slow  # two gloo processes: 20-25 s; the default suite keeps under 4 minutes on 2 cores
 def test_ddp_on_two_cpu_processes_prints_the_result_once(run_train, tmp_path):
     r = run_train("trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "stats=off")
@@ -199,6 +201,7 @@ def test_ddp_on_two_cpu_processes_prints_the_result_once(run_train, tmp_path):
     assert (r.stdout + r.stderr).count("results in ") == 1
 
 
+@pytest.mark.proc
 @pytest.mark.slow
 def test_ddp_from_the_mhalab_command_counts_every_rank(run_train, tmp_path):
     """`mhalab train trainer=ddp` (Lightning starts rank 1 as `python -m mhalab.training.train`, not as a file named "mhalab
@@ -223,6 +226,7 @@ def test_output_without_a_terminal_has_progress_lines(train, tmp_path):
     assert len(lines) >= 3, r.stdout
 
 
+@pytest.mark.proc
 @pytest.mark.slow
 def test_default_run_learns_and_its_heads_specialise(run_train, tmp_path):
     """The README's main job, unchanged: far below the 8 bits of a uniform byte, and heads that are not uniform
