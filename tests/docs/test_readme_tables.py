@@ -1,4 +1,5 @@
-"""The design and result tables in README.md and experiments/*/README.md are the generated ones (never typed)."""
+"""The design and result tables in experiments/README.md and experiments/*/README.md are the generated ones (never
+typed)."""
 
 import subprocess
 import sys

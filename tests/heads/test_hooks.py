@@ -152,13 +152,13 @@ def same(row: dict, old: dict) -> bool:
         row[k] == old[k] if isinstance(old[k], str) else row[k] == pytest.approx(old[k], **tol(k)) for k in old)
 
 
-# ---------------------------------------------------------------- the README's examples
+# ---------------------------------------------------------------- the examples of docs/heads.md
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "heads.md"  # moved from README.md
 
 
 def readme_code(marker: str) -> str:
-    """The first ```python block after `<!-- marker -->` in the README."""
+    """The first ```python block after `<!-- marker -->` in docs/heads.md."""
     text = README.read_text()
     after = text[text.index(f"<!-- {marker} -->"):]
     return after[after.index("```python\n") + len("```python\n"):after.index("\n```", after.index("```python"))]

@@ -6,7 +6,7 @@ munge are not installed.
 - a launcher sweep runs as an array job, each job with the CPUs SLURM gave it;
 - SLURM's warning signal to a launcher job: it saves, submitit requeues it, and the requeued job ends bit-identical
   to a run never interrupted;
-- the README's sbatch script, as written, preempted and requeued the same way.
+- the sbatch script of docs/cluster.md, as written, preempted and requeued the same way.
 """
 
 import importlib.util
@@ -144,9 +144,9 @@ def test_a_preempted_launcher_job_is_requeued_and_ends_bit_identical(cluster, tm
 
 
 def readme_sbatch_script() -> str:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "cluster.md").read_text()
     m = re.search(r"One run from a plain batch script.*?```bash\n(.*?)```", text, re.S)
-    assert m, "README.md has no sbatch script after 'One run from a plain batch script'"
+    assert m, "docs/cluster.md has no sbatch script after 'One run from a plain batch script'"
     return m.group(1)
 
 

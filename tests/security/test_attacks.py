@@ -1,5 +1,5 @@
-"""A fresh adversarial pass over issue 24's trust boundaries (the README's "When things go wrong" and "A copied run
-directory is self-contained"), each vector a real `mhalab train` process: escaped interpolations that a logger or
+"""A fresh adversarial pass over issue 24's trust boundaries (docs/troubleshooting.md and docs/runs.md's "A copied
+run directory is self-contained"), each vector a real `mhalab train` process: escaped interpolations that a logger or
 callback would resolve again, settings that would send data off the machine (a listener on 127.0.0.1 counts
 connections), optuna storages outside, odd values, new runs aimed at a finished run through other spellings of
 its path, and a run directory's `.lock` planted as a link to another file. Each refused vector ends with one

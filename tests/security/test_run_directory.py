@@ -1,5 +1,5 @@
 """A run directory you did not write runs no code and makes mhalab write nothing outside it (issue 24, "Trust
-boundaries"; the README's "A copied run directory is self-contained").
+boundaries"; docs/runs.md's "A copied run directory is self-contained").
 
 One tiny run is trained once; each vector is a copy of it with a payload (in summary.json, .hydra/config.yaml, a
 checkpoint's hyperparameters, or a planted link) that would create a marker file or write into `outside/`, and a real

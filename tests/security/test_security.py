@@ -1,7 +1,7 @@
 """Configs cannot run code or write outside the run: every attack vector is run as a real `mhalab train` process in
 a folder an attacker prepared (a pickle, a module and a Hydra plugin that would run on import, config folders),
 each payload would create a marker file, and each command must end with one sentence and exit status 2 before
-anything runs (issue 16; the README's "No code from configs")."""
+anything runs (issue 16; docs/troubleshooting.md's "No code from configs")."""
 
 import os
 import pickle

@@ -109,7 +109,7 @@ def test_own_file_with_string_labels(train, tmp_path):
 
 
 def test_own_task_from_a_config_folder(train, tmp_path):
-    """The README's worked example: a task class of your own, named by _target_, allowed explicitly."""
+    """docs/recipes.md's worked example: a task class of your own, named by _target_, allowed explicitly."""
     (tmp_path / "mytasks.py").write_text(
         "from datasets import Dataset, DatasetDict\n"
         "from mhalab.data.config import TaskInfo\n"
