@@ -118,6 +118,7 @@ def test_decode_step_bytes_are_the_weights_and_the_cache():
     assert sum(c.nbytes for c in caches) == kv_cache_bytes(2, 8, 4, 20, 2, 3)
 
 
+@pytest.mark.proc
 def test_memory_is_measured_in_a_fresh_process_and_the_prediction_bounds_it():
     spec = _spec("math", 32, 4, 8, 4, 256, 1, memory="rss")
     row = complexity.run_memory(spec)

@@ -176,6 +176,7 @@ def test_stacked_columns_are_typed_as_the_torch_format_types_them(data_cache):
     assert all(torch.equal(stacked[k][3], v) for k, v in split[3].items())
 
 
+@pytest.mark.proc
 def test_the_sweep_figure_times_a_real_sweep_against_one_plain_process(tmp_path):
     import os
 
