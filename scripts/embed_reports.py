@@ -1,13 +1,13 @@
-"""Copy each experiment's generated tables into its README and the experiments table into README.md, so no README
-states a design or a result that did not run.
+"""Copy each experiment's generated tables into its README and the experiments table into experiments/README.md,
+so no README states a design or a result that did not run.
 
     python scripts/embed_reports.py          # rewrite the generated blocks
-    python scripts/embed_reports.py --check  # exit 1 if any block differs (tests/test_readme_tables.py)
+    python scripts/embed_reports.py --check  # exit 1 if any block differs (tests/docs/test_readme_tables.py)
 
 An experiment README marks each block with `<!-- generated from <file>.md -->` ... `<!-- end generated -->` (a path
 beside the README): from a `report.md` it receives the report's design, tuning, comparison and head sections, from
 any other generated file (`mhalab ablate`'s pruning.md, `mhalab convert`'s conversion.md) the whole file below its
-title. README.md marks `<!-- experiments table -->` ...
+title. experiments/README.md marks `<!-- experiments table -->` ...
 `<!-- end experiments table -->`, filled by `mhalab report --table experiments/*/results/report.json`.
 """
 
@@ -49,8 +49,9 @@ def expected() -> dict[Path, str]:
         if BLOCK.search(text):
             out[readme] = BLOCK.sub(lambda m: m.group(1) + generated(readme.parent / m.group(2)) + m.group(4), text)
     files = sorted(ROOT.glob("experiments/*/results/report.json"))
-    main = ROOT / "README.md"
-    out[main] = TABLE.sub(lambda m: m.group(1) + experiments_table(files) + "\n" + m.group(3), main.read_text())
+    main = ROOT / "experiments" / "README.md"
+    table = experiments_table(files).replace("](experiments/", "](")  # its links, from beside the experiments
+    out[main] = TABLE.sub(lambda m: m.group(1) + table + "\n" + m.group(3), main.read_text())
     return out
 
 

@@ -9,7 +9,7 @@ spool and logs), the daemons run in the foreground (`munged -F`, `slurmctld -D`,
     export SLURM_CONF=/tmp/cluster/slurm.conf; sbatch train.sbatch; squeue
     python scripts/slurm_cluster.py stop /tmp/cluster
 
-Tests use `Cluster` directly (tests/test_slurm.py).
+Tests use `Cluster` directly (tests/runs/test_slurm.py).
 """
 
 from __future__ import annotations

@@ -35,12 +35,41 @@ def no_grants(monkeypatch):
 def _torch_threads():
     """A test that sets torch's thread count in this process (`torch_threads=1`, `mhalab bench ... threads=1`) leaves
     the tests after it in the same worker as it found them: with one thread instead of two, a run's head statistics
-    move in the 7th digit, and tests/test_resume.py compares an in-process run with a subprocess bit for bit."""
+    move in the 7th digit, and tests/runs/test_resume.py compares an in-process run with a subprocess bit for bit."""
     import torch
 
     n = torch.get_num_threads()
     yield
     torch.set_num_threads(n)
+
+
+def _starts_python(args) -> bool:
+    """Whether a subprocess' command line starts Python: `mhalab`, `python -m ...`, a script (torch's import alone
+    takes seconds); short programs a library runs on its own (`uname -p`, wandb's service) do not count."""
+    first = os.fsdecode(args if isinstance(args, (str, bytes, os.PathLike)) else args[0])
+    return first == sys.executable or os.path.basename(first).startswith(("python", "mhalab"))
+
+
+@pytest.fixture(autouse=True)
+def _proc_marked(request, monkeypatch):
+    """A test that starts a Python process (a real `mhalab` command, a script) carries the `proc` marker, so that
+    `pytest tests/<room> -m "not proc"` runs a room's fast tests; an unmarked one fails here, saying so."""
+    if request.node.get_closest_marker("proc"):
+        yield
+        return
+    started = []
+    init = subprocess.Popen.__init__
+
+    def watched(self, args, *a, **kw):
+        if _starts_python(args):
+            started.append(args)
+        init(self, args, *a, **kw)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", watched)
+    yield
+    if started:
+        pytest.fail(f"{request.node.nodeid} starts a Python process ({started[0]!r}): mark it @pytest.mark.proc "
+                    "(docs/testing.md)", pytrace=False)
 
 
 @pytest.fixture(scope="session")

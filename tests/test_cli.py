@@ -8,6 +8,8 @@ import pytest
 
 from mhalab.cli import COMMANDS
 
+pytestmark = pytest.mark.proc  # every test here starts real processes
+
 HEAVY = ("torch", "lightning", "datasets", "matplotlib")
 
 

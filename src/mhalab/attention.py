@@ -209,9 +209,8 @@ class MultiHeadAttention(nn.Module):
             weights = weights if need_weights else None
             plain_causal = False
         else:
-            # GQA: enable_gqa, chosen by measurement (scripts/measure_gqa_sdpa.py; 2-core CPU, torch 2.13, B=4,
-            # n_heads=16, n_kv_heads=2, T=2048, d_head=64): with a padding mask 387 ms / +39 MiB peak RSS against
-            # 405 ms / +105 MiB for repeat_interleave, whose extra is the (B, H, S, D) copy of K and V. Both stay on the
+            # GQA: enable_gqa, chosen by measurement (scripts/measure_gqa_sdpa.py; figures in docs/performance.md):
+            # less memory than repeat_interleave, whose extra is the (B, H, S, D) copy of K and V. Both stay on the
             # fused kernel with a mask (a materialised (B, H, T, S) score matrix would be 1 GiB).
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=None if plain_causal else mask,
                                                is_causal=plain_causal, dropout_p=dropout_p,

@@ -55,7 +55,7 @@ ALLOWED_CLASSES = frozenset(
     + [f"optuna.samplers.{s}" for s in ("TPESampler", "RandomSampler", "CmaEsSampler", "NSGAIISampler",
                                          "GridSampler", "MOTPESampler", "QMCSampler")]
 )
-# mhalab's own classes meant to be named in a config (tests/test_targets.py checks each is a class)
+# mhalab's own classes meant to be named in a config (tests/config/test_targets.py checks each is a class)
 OWN_CLASSES = frozenset({"mhalab.training.callbacks.HeadStatsCallback", "mhalab.training.callbacks.ProgressLog",
                          "mhalab.training.loggers.WandbLogger"})
 LOGGING_CLASSES = {

@@ -1,7 +1,7 @@
 """`mhalab bench gpu [out=DIR] [dry_run=true]`: the GPU check, in one command and one folder, in under 10 minutes.
 
 Steps (`steps=[...]` picks some), each recorded in summary.json and report.md, a failure recorded and the rest run:
-  tests       `pytest -m gpu tests/test_gpu.py` (sdpa vs math in bf16/fp16, fused kernels selected for MHA/GQA/MQA with
+  tests       `pytest -m gpu tests/bench/test_gpu.py` (sdpa vs math in bf16/fp16, fused kernels selected for MHA/GQA/MQA with
               and without padding, KV cache, statistics and importance against the CPU, a GPU checkpoint read on CPU)
   train       `mhalab train trainer=gpu` of the default task (and data=mqar where that task exists), step-capped,
               each leaving its summary.json
@@ -126,10 +126,10 @@ def kernel_survey(device: torch.device, dtype: torch.dtype, d_head: int = 64, se
 # -- steps -----------------------------------------------------------------------------------------------------
 
 def _checkout() -> Path | None:
-    """The source checkout holding tests/test_gpu.py: the working directory, else the one an editable install
+    """The source checkout holding tests/bench/test_gpu.py: the working directory, else the one an editable install
     points into; None for a plain install run elsewhere."""
     for root in (Path.cwd(), Path(__file__).resolve().parents[3]):
-        if (root / "tests" / "test_gpu.py").is_file():
+        if (root / "tests" / "bench" / "test_gpu.py").is_file():
             return root
     return None
 
@@ -137,8 +137,8 @@ def _checkout() -> Path | None:
 def _tests(cfg, out: Path, device, budget: Budget) -> dict:
     repo = _checkout()
     if repo is None:
-        return {"status": "skipped", "note": "tests/test_gpu.py not found: run from a source checkout"}
-    test_file = repo / "tests" / "test_gpu.py"
+        return {"status": "skipped", "note": "tests/bench/test_gpu.py not found: run from a source checkout"}
+    test_file = repo / "tests" / "bench" / "test_gpu.py"
     (out / "tests").mkdir(exist_ok=True)
     junit = out / "tests" / "junit.xml"
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", str(test_file), "-q", "-rs", "-p", "no:cacheprovider",

@@ -128,7 +128,7 @@ def gpu_report(result: dict) -> str:
                  + md_table(result["sdpa_kernels"], [("attention", "attention", ""), ("d_head", "d_head", "d"),
                                                      ("padding", "padding", ""), ("kernel", "kernel", "")]))
     t = steps.get("tests")
-    parts.append("## 1. Tests (`pytest -m gpu tests/test_gpu.py`)\n\n" + _step_line("tests", t) + (
+    parts.append("## 1. Tests (`pytest -m gpu tests/bench/test_gpu.py`)\n\n" + _step_line("tests", t) + (
         f"; {t['passed']} passed, {t['failures']} failed, {t['errors']} errors, {t['skipped']} skipped "
         f"(log `{t['log']}`)" if t and "passed" in t else ""))
     tr = steps.get("train")

@@ -1,0 +1,97 @@
+"""scripts/run_design.py and the declared designs of issue 27 (src/mhalab/conf/experiment/*.yaml with design.*)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mhalab.config.schema import DesignConfig
+from mhalab.errors import ConfigError
+from mhalab.runs.preflight import compose, validate
+
+REPO = Path(__file__).resolve().parents[2]
+DESIGNS = ["kv_lr_curve", "kv_capacity", "kv_bpb", "head_width_dff", "seq_len_threshold"]
+
+
+@pytest.mark.parametrize("name", DESIGNS)
+def test_each_design_composes_with_fresh_seeds_per_stage(name):
+    p = compose([f"experiment={name}"])
+    t = validate(p)
+    sweep_seeds = sorted(int(s) for s in str(p.hydra.sweeper.params.seed).split(","))
+    assert sweep_seeds == sorted(t.endpoint.selection_seeds)  # stage A runs exactly the selection seeds
+    assert t.design.stage_b_seeds and set(t.design.numerics_seeds) == {"avx2", "threads2"}
+    assert t.endpoint.tuned == ["optim.lr"] and t.design.baseline
+    lrs = str(p.hydra.sweeper.params["optim.lr"]).split(",")
+    assert len(lrs) >= (6 if name in ("kv_lr_curve", "head_width_dff", "seq_len_threshold") else 3)
+    for stratum in t.design.strata or [""]:  # every stratum composes and passes the checks
+        validate(compose([f"experiment={name}", *stratum.split()]))
+
+
+def test_design_keys_are_checked_in_one_sentence():
+    with pytest.raises(ConfigError, match="design.numerics_seeds='sse'.*avx2, threads2"):
+        DesignConfig(numerics_seeds={"sse": [1]})
+    with pytest.raises(ConfigError, match="design.stage_b_seeds entry 'x'"):
+        DesignConfig(stage_b_seeds=["x"])
+    with pytest.raises(ConfigError, match="design.strata entry 'foo'"):
+        DesignConfig(strata=["foo"])
+    with pytest.raises(ConfigError, match="design.numerics_seeds.avx2 shares seeds \\[3\\] with design.stage_b"):
+        DesignConfig(stage_b_seeds=[3], numerics_seeds={"avx2": [3]}).check_fresh([0])
+    with pytest.raises(ConfigError, match="stage_b_seeds shares seeds \\[0\\] with endpoint.selection_seeds"):
+        validate(compose(["experiment=kv_lr_curve", "design.stage_b_seeds=[0,10]"]))
+
+
+SMOKE = """# @package _global_
+defaults:
+  - kv_lr_curve
+task_name: smoke_design
+data:
+  mqar: {n_train: 640, n_val: 64, n_test: 64}
+trainer: {max_steps: 6, val_check_interval: 3}
+endpoint: {threshold: 0.0, selection_seeds: [0]}
+stats: {enabled: false}
+design:
+  stage_b_seeds: [1]
+  numerics_seeds: {avx2: [2], threads2: [3]}
+hydra:
+  sweeper:
+    params:
+      optim.lr: 1.0e-3,3.0e-3
+      seed: "0"
+      attention.n_kv_heads: 4,1
+"""
+
+
+@pytest.mark.proc
+@pytest.mark.slow  # a real tiny design through every stage: about 2 minutes on 2 idle cores
+def test_runner_runs_every_stage_with_its_numerics_and_resumes(tmp_path):
+    """A real design, tiny: stage A (2 rates x 2 arms), the frozen choice, stage B and both second numerics, each
+    run recording the numerics it ran under; run again, it starts nothing."""
+    conf = tmp_path / "conf" / "experiment"
+    conf.mkdir(parents=True)
+    (conf / "smoke_design.yaml").write_text(SMOKE)
+    env = {**os.environ, "MHALAB_ROOT": str(tmp_path), "PYTHONPATH": str(REPO / "src")}
+    cmd = [sys.executable, str(REPO / "scripts" / "run_design.py"), "smoke_design", "--no-freeze",
+           "--config-dir", str(tmp_path / "conf")]
+    out = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    design = tmp_path / "logs" / "smoke_design" / "design"
+    state = json.loads((design / "state.json").read_text())["-"]
+    assert sorted(state) == sorted(["A"] + [f"{s} attention.n_kv_heads={k}" for s in ("B", "avx2", "threads2")
+                                            for k in (4, 1)])
+    chosen = {a["label"]: a["chosen"] for a in json.loads(
+        (Path(state["A"]["dir"]) / "report" / "report.json").read_text())["arms"]}
+    curve = (Path(state["A"]["dir"]) / "report" / "lr_curve.csv").read_text().splitlines()
+    assert len(curve) == 1 + 2 * 2 and (Path(state["A"]["dir"]) / "report" / "lr_curve.png").exists()  # arms x rates
+    for name, seed, cap, threads in (("B", 1, None, 1), ("avx2", 2, "avx2", 1), ("threads2", 3, None, 2)):
+        for k in (4, 1):
+            (summary,) = Path(state[f"{name} attention.n_kv_heads={k}"]["dir"]).glob("*/summary.json")
+            s = json.loads(summary.read_text())
+            assert s["config"]["seed"] == seed and s["config"]["torch_threads"] == threads
+            assert s["environment"]["aten_cpu_capability"] == cap
+            assert s["config"]["optim"]["lr"] == float(chosen[f"attention.n_kv_heads={k}"].split("=")[1])
+        assert (design / "all" / f"report-{name}" / "report.json").exists()
+    again = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "mhalab train" not in again.stdout and again.stdout.count(": done,") == 7

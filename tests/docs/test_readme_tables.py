@@ -1,0 +1,18 @@
+"""The design and result tables in experiments/README.md and experiments/*/README.md are the generated ones (never
+typed)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.proc  # every test here starts real processes
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_generated_blocks_match_the_recorded_reports():
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "embed_reports.py"), "--check"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

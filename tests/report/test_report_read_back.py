@@ -1,0 +1,77 @@
+"""`mhalab report` on summaries it did not write (issue 24): a run with status ok but a NaN or infinite metric is a
+failed job with its reason, report.json is strict JSON, and `--baseline key=value` works as `--baseline=key=value`."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mhalab.cli import kv_args, parser
+from mhalab.report import report
+from mhalab.runs.summary import RunSummary, read_summary, write_summary
+
+RUNS = [(0.1, 0, 0.5), (0.1, 1, 0.6), (0.2, 0, 0.7), (0.2, 1, 0.8)]  # (optim.lr, seed, accuracy)
+
+
+def _strict(text: str):
+    """json.loads that refuses NaN and Infinity, which are not JSON."""
+    def refuse(constant):
+        raise ValueError(f"bare {constant} in JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.fixture
+def sweep(tmp_path) -> Path:
+    """Four finished runs, two arms (optim.lr) x two seeds, and two more with status ok but a non-finite metric:
+    one as mhalab writes it (null), one with a bare NaN written by hand."""
+    runs = RUNS + [(0.2, 2, 0.9), (0.2, 3, 0.9)]
+    for i, (lr, seed, acc) in enumerate(runs):
+        d = tmp_path / str(i)
+        d.mkdir()
+        write_summary(d, RunSummary(status="ok", task="bbc_news", objective="classification",
+                                    overrides=[f"optim.lr={lr}", f"seed={seed}"], config={"seed": seed},
+                                    metrics={"val/acc": acc, "val/loss": float("inf") if i == 4 else 1.0},
+                                    test_metrics={"test/acc": acc}))
+    nan = tmp_path / "5" / "summary.json"
+    nan.write_text(nan.read_text().replace('"test/acc": 0.9', '"test/acc": NaN'))
+    return tmp_path
+
+
+def test_a_non_finite_metric_is_a_failed_job(sweep):
+    assert read_summary(sweep / "5").test_metrics["test/acc"] is None  # a bare NaN is read as null
+    r = report([sweep], plots=False)
+    failed = {Path(f["dir"]).name: f for f in r["failed"]}
+    assert set(failed) == {"4", "5"}
+    assert failed["4"]["kind"] == "non-finite" and "val/loss" in failed["4"]["error"]
+    assert failed["5"]["kind"] == "non-finite" and "test/acc" in failed["5"]["error"]
+    assert sorted(len(a.chosen.runs) for a in r["arms"]) == [2, 2]  # the failed runs are in no arm
+    assert "## Failed jobs (2)" in r["markdown"] and "NaN or infinite: test/acc" in r["markdown"]
+
+
+def test_report_json_is_strict_json(sweep):
+    r = report([sweep], plots=False)
+    data = _strict((r["out"] / "report.json").read_text())  # two seeds: the interval is infinite, written null
+    assert [c["ci95_low"] for c in data["comparisons"] if c["endpoint"].startswith("final")] == [None]
+    assert len(_strict((r["out"] / "failed.json").read_text())) == 2
+
+
+@pytest.mark.parametrize("argv", [["--baseline", "optim.lr=0.2"], ["--baseline=optim.lr=0.2"],
+                                  ["baseline=optim.lr=0.2"]])
+def test_baseline_with_an_equals_sign(argv):
+    p = parser("report")
+    assert p.parse_args(kv_args(["d", *argv], p)).baseline == "optim.lr=0.2"
+    assert p.parse_args(kv_args(["d", "--baseline", "seed=0", "metric=val/acc"], p)).metric == "val/acc"
+
+
+@pytest.mark.proc
+def test_baseline_forms_as_a_real_command(sweep, tmp_path):
+    for i, form in enumerate((["--baseline", "optim.lr=0.2"], ["--baseline=optim.lr=0.2"])):
+        out = tmp_path / f"out{i}"
+        r = subprocess.run([sys.executable, "-P", "-m", "mhalab", "report", str(sweep), *form, "--no-plots",
+                            "--out", str(out)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        comparisons = _strict((out / "report.json").read_text())["comparisons"]
+        assert {c["baseline"] for c in comparisons} == {"optim.lr=0.2"}
+        assert {c["arm"] for c in comparisons} == {"optim.lr=0.1"}
