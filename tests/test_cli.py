@@ -93,6 +93,7 @@ def test_the_forms_users_know_parse_alike():
     assert p.html and not p.maps and p.max_tokens == 8
     x = parse(ComplexityConfig, ["--grid.n", "[16,32]", "grid.d_head=[null,8]", "plots=false", "--backends", "math"])
     assert x.grid.n == [16, 32] and x.grid.d_head == [None, 8] and not x.plots and x.backends == ["math"]
+    assert parse(ComplexityConfig, ["backends=[sdpa,math]", "backends=[math]"]).backends == ["math"]  # [..] sets
     g = parse(GpuConfig, ["--dry-run", "compile=[false]", "train_overrides=[a.b=[1,2],c=3]"])
     assert g.dry_run and g.compile == [False] and g.train_overrides == ["a.b=[1,2]", "c=3"]
 

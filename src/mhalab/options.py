@@ -2,11 +2,12 @@
 
 Each field of a command's options dataclass is an option `--field-name` (`--field_name` and `field_name=value` too);
 a nested dataclass's fields are `--outer.name`; a field made with `option(positional=True)` is positional. Types:
-bool (`--x`, `--no-x`, `x=true`), int, float, str, Path, Literal (choices), lists (`--x a,b`, `--x [a,b]`, or the
-option repeated), Optional (`null` is None) and dicts (YAML). Values are checked by the dataclass's own
+bool (`--x`, `--no-x`, `x=true`), int, float, str, Path, Literal (choices), lists (`--x [a,b]` sets one, `--x a,b`
+and `--x a` add to it), Optional (`null` is None) and dicts (YAML). Values are checked by the dataclass's own
 `__post_init__`; every error is a `ConfigError` of one sentence. argparse does the parsing, so `--help` needs nothing
-but this module; it is written here rather than taken from jsonargparse or tyro because those keep underscores in
-option names, want `--flag true` and word their errors in several lines.
+but this module. Written here rather than taken from a library: jsonargparse keeps underscores in option names and
+wants `--flag true`; tyro words its errors as a panel of several lines; both are a new dependency, and the command
+lines users know (argparse's wording, `--no-plots`, `--allow` repeated, `key=value`) would change.
 """
 
 from __future__ import annotations
@@ -102,7 +103,10 @@ def converter(tp):
         each = converter(typing.get_args(inner)[0] if typing.get_args(inner) else str)
 
         def convert(text):
-            return None if optional and text == "null" else [each(s) for s in _split(text)]
+            if optional and text == "null":
+                return None
+            items = [each(s) for s in _split(text)]
+            return Whole(items) if text.startswith("[") else items
         convert.__name__ = f"list of {each.__name__}"
     elif typing.get_origin(inner) is Literal:
         choices = typing.get_args(inner)
@@ -139,12 +143,19 @@ def _yaml(text: str):
 _yaml.__name__ = "YAML"
 
 
+class Whole(list):
+    """A list written in brackets, `[a,b]`: the whole value of its option."""
+
+
 class _Items(argparse.Action):
-    """A list option: its first use replaces the default, later uses add to it (`--allow a --allow b`)."""
+    """A list option: `--x [a,b]` (or `x=[a,b]`) sets it; `--x a` and `--x a,b` add to it, the first use replacing
+    the default (`--allow a --allow b`)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         have = getattr(namespace, self.dest, None)
-        setattr(namespace, self.dest, values if have is None or values is None else have + values)
+        whole = have is None or values is None or isinstance(values, Whole)
+        setattr(namespace, self.dest, list(values) if whole and values is not None else values if whole
+                else have + values)
 
 
 def parser(cls, prog: str, description: str = "") -> Parser:
