@@ -143,7 +143,9 @@ def main(argv: list[str] | None = None) -> None:
         print(__version__)
         return
     with quick_exit():
-        sys.exit(run_command(argv))
+        code = run_command(argv)
+    if code:
+        sys.exit(code)
 
 
 @contextlib.contextmanager

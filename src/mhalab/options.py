@@ -44,7 +44,7 @@ class Threads:
 
     def __post_init__(self):
         if self.threads is not None:
-            check_int("threads", self.threads, 1, 4096)
+            check_int("--threads", self.threads, 1, 4096)
 
     def apply_threads(self) -> None:
         """Set torch's intra-op threads when `threads` is given."""
