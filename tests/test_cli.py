@@ -78,7 +78,7 @@ def test_one_threads_option_in_one_spelling_for_every_command(argv):
 def test_the_forms_users_know_parse_alike():
     from mhalab.analysis.options import AblateOptions, ConvertOptions, PlotsOptions
     from mhalab.bench.config import ComplexityConfig, GpuConfig
-    from mhalab.report.command import ReportOptions
+    from mhalab.report.options import ReportOptions
 
     r = parse(ReportOptions, ["d1", "d2", "--no-plots", "--out", "o", "metric=val/bpb", "--baseline=seed=0"])
     assert [str(d) for d in r.dirs] == ["d1", "d2"] and not r.plots and str(r.out) == "o"

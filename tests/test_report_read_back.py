@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from mhalab.options import parse
-from mhalab.report.command import ReportOptions, report
+from mhalab.report.command import report
+from mhalab.report.options import ReportOptions
 from mhalab.runs.summary import RunSummary, read_summary, write_summary
 
 RUNS = [(0.1, 0, 0.5), (0.1, 1, 0.6), (0.2, 0, 0.7), (0.2, 1, 0.8)]  # (optim.lr, seed, accuracy)

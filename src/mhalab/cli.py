@@ -25,7 +25,7 @@ class Command(NamedTuple):
 COMMANDS: dict[str, Command | dict[str, Command]] = {  # the one place a command is declared
     "train": Command("mhalab.training.train:main", None,
                      "train an encoder (Hydra overrides such as attention=gqa; -m for sweeps)"),
-    "report": Command("mhalab.report.command:report_command", "mhalab.report.command:ReportOptions",
+    "report": Command("mhalab.report.command:report_command", "mhalab.report.options:ReportOptions",
                       "tables, paired confidence intervals and plots of sweeps"),
     "ablate": Command("mhalab.analysis.ablate:ablate_command", "mhalab.analysis.options:AblateOptions",
                       "single-head ablation, importance and pruning curves of checkpoints"),

@@ -20,15 +20,14 @@ import base64
 import html
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from mhalab.report import comparison as inf
 from mhalab.config.writes import check_links
 from mhalab.errors import ConfigError
-from mhalab.options import option
 from mhalab.report import figures
+from mhalab.report.options import ReportOptions
 from mhalab.report.arms import HEAD_STATS, Arm, apply_holm, arms_of, compare, head_stats, median_text, pick_baseline
 from mhalab.report.runs import COST, find_runs, place, seed_order, selection_seeds, the_metric, tuned_keys
 from mhalab.runs.summary import json_text
@@ -385,23 +384,6 @@ def log_wandb(records: list[dict], comparisons: list[dict], group: str, project:
 
 
 # -- entry points --------------------------------------------------------------------------------------------------
-
-@dataclass
-class ReportOptions:
-    """tables, paired confidence intervals and plots of sweeps"""
-
-    dirs: list[Path] = option(positional=True, help="multirun directories (or any folders holding summary.json)")
-    out: Optional[Path] = option(None, "output folder (default <first dir>/report)")
-    metric: Optional[str] = option(None, "a key of the summaries' metrics (default val/acc for classification, "
-                                         "val/bpb for text language modelling)")
-    baseline: Optional[str] = option(None, "the arm every other one is compared with, e.g. "
-                                           "'attention.n_kv_heads=8' (default: the first arm)")
-    wandb: bool = option(False, "also log the configurations to wandb (offline)")
-    wandb_project: str = option("mhalab")
-    plots: bool = option(True, "the pictures (--no-plots: none)")
-    table: bool = option(False, "print the experiments table of README.md from the given report.json files instead "
-                                "(experiments/*/results/report.json)")
-
 
 def report_command(o: ReportOptions) -> int:
     """`mhalab report`: `report` on the options, its Markdown printed (or, with --table, the experiments table)."""
