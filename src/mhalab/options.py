@@ -140,7 +140,7 @@ def _yaml(text: str):
     return yaml.safe_load(text)
 
 
-_yaml.__name__ = "YAML"
+_yaml.__name__, _bool.__name__ = "YAML", "bool"
 
 
 class Whole(list):
