@@ -17,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-from mhalab.report import experiments_table
+from mhalab.report.command import experiments_table
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ("## Design (read from the runs)", "## Each arm at each tuned value (validation)",

@@ -6,7 +6,8 @@ import json
 import pytest
 import torch
 
-from mhalab.analysis.ablate import MeanAblation, layer_summary, main, pruning_curve, random_orders, single_head_ablation
+from mhalab.analysis.ablate import MeanAblation, layer_summary, pruning_curve, random_orders, single_head_ablation
+from mhalab.cli import main
 from mhalab.training.checkpoint import build_data, load_module, load_run
 from mhalab.training.evaluation import evaluate, split_batches
 from mhalab.hooks import run_with_cache
@@ -78,7 +79,7 @@ def test_random_orders_are_seeded_permutations_of_the_heads(loaded):
 
 
 def test_cli_scores_on_validation_evaluates_on_test_against_random_orders_over_seeds(ckpts, tmp_path, capsys):
-    main([*map(str, ckpts), f"out={tmp_path / 'abl'}", "batches=2", "random_orders=3", "step=0.25"])
+    main(["ablate", *map(str, ckpts), f"out={tmp_path / 'abl'}", "batches=2", "random_orders=3", "step=0.25"])
     out = tmp_path / "abl"
     for f in ("heads.md", "heads.csv", "pruning.md", "pruning.csv", "ablation.json", "ablation_heatmap.png",
               "pruning_curve.png"):
@@ -114,7 +115,7 @@ def test_bad_checkpoint_and_flags_are_one_sentence_errors(ckpts, tmp_path, capsy
                           ([str(ckpts[0]), "--random-orders", "-1"], "error: --random-orders=-1"),
                           ([str(ckpts[0]), "--threads", "0"], "error: --threads=0")):
         with pytest.raises(SystemExit) as e:
-            main(argv)
+            main(["ablate", *argv])
         err = capsys.readouterr().err
         assert e.value.code == 2 and err.startswith(message) and "Traceback" not in err, (argv, err)
 

@@ -7,7 +7,8 @@ import pytest
 import torch
 from conftest import arch
 
-from mhalab.analysis.convert import convert_module, main
+from mhalab.analysis.convert import convert_module
+from mhalab.cli import main
 from mhalab.errors import ConfigError
 from mhalab.training.module import AttentionLitModule
 from mhalab.config.schema import OptimConfig
@@ -92,7 +93,7 @@ def test_wrong_architecture_is_a_config_error(g, msg):
 def test_cli_compares_with_an_mha_control_of_equal_total_steps_over_seeds(tiny_runs, tmp_path, capsys):
     ckpts = [str(run / "checkpoints" / "last.ckpt") for run in tiny_runs]  # 2 seeds, 2 layers x 4 heads, 3 steps
     out = tmp_path / "conv"
-    main([*ckpts, "n_kv_heads=2", "uptrain_fraction=0.5", "batches=2", f"out={out}", "init=mean,first",
+    main(["convert", *ckpts, "n_kv_heads=2", "uptrain_fraction=0.5", "batches=2", f"out={out}", "init=mean,first",
           "margin=0.5"])
     res = json.loads((out / "conversion.json").read_text())
     rows = res["rows"]
@@ -119,5 +120,5 @@ def test_cli_compares_with_an_mha_control_of_equal_total_steps_over_seeds(tiny_r
     assert res["margin"] == 0.5 and rows[0]["eval_examples"] > 0
     assert (out / "conversion.md").exists() and (out / "conversion.png").exists()
     with pytest.raises(SystemExit) as e:
-        main([ckpts[0], "n_kv_heads=3"])
+        main(["convert", ckpts[0], "n_kv_heads=3"])
     assert e.value.code == 2 and "must divide" in capsys.readouterr().err

@@ -63,9 +63,9 @@ def test_hover_changes_the_drawing_in_chromium_without_console_errors(tmp_path, 
 
 @pytest.mark.proc
 def test_mhalab_plots_html_writes_the_page_of_a_run(tiny_runs, tmp_path):
-    from mhalab.analysis.plots import main
+    from mhalab.cli import main
 
-    main([str(tiny_runs[0]), "--out", str(tmp_path / "figs"), "--html", "--no-maps"])
+    main(["plots", str(tiny_runs[0]), "--out", str(tmp_path / "figs"), "--html", "--no-maps"])
     text = (tmp_path / "figs" / "attention.html").read_text()
     data = json.loads(re.search(r"const D = (.*);\n", text).group(1).replace("<\\/", "</"))
     assert len(data["weights"]) == 2 and data["n_heads"] == 4 and "entropy_norm" in data["stats"]

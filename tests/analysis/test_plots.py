@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from mhalab.analysis.plots import main
+from mhalab.cli import main
 from mhalab.pictures import attention_figure, plot_attention_maps, plot_stat_heatmaps, stat_figure
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -60,7 +60,7 @@ def test_heatmaps_of_layer_by_head_matrices(tmp_path):
 def test_cli_redraws_a_run_into_a_new_folder_and_keeps_the_training_pictures(tiny_runs, tmp_path, capsys):
     run = tiny_runs[0]
     assert not (run / "plots").exists()  # the tiny runs draw none; a training folder must never be overwritten
-    main([str(run), "--out", str(tmp_path / "figs")])
+    main(["plots", str(run), "--out", str(tmp_path / "figs")])
     names = sorted(p.name for p in (tmp_path / "figs").iterdir() if p.suffix == ".png")
     assert "attention_maps.png" in names and "stat_importance.png" in names and "stat_entropy.png" in names
     assert all(is_png(tmp_path / "figs" / n) for n in names)
@@ -74,13 +74,13 @@ def test_cli_redraws_a_run_into_a_new_folder_and_keeps_the_training_pictures(tin
     assert f"plots: picture 1/{len(names)} (0 s so far): attention maps" in err  # first: it rebuilds the data
     assert f"plots: picture {len(names)}/{len(names)}" in err and "heatmap of " in err.rstrip().splitlines()[-1]
     with pytest.raises(SystemExit) as e:
-        main([str(run), "--out", str(run / "plots")])
+        main(["plots", str(run), "--out", str(run / "plots")])
     assert e.value.code == 2 and "where training drew its pictures" in capsys.readouterr().err
 
 
 def test_cli_missing_summary_exits_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        main([str(tmp_path)])
+        main(["plots", str(tmp_path)])
     err = capsys.readouterr().err
     assert e.value.code == 2 and str(tmp_path / "summary.json") in err and err.count("\n") == 1
 

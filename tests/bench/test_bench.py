@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from mhalab import bench
+from mhalab.cli import run_command
+from mhalab.options import parse
 from mhalab.bench import complexity, config, decode, gpu, gpu_report, output, throughput
 from mhalab.bench.fit import local_exponents, loglog_fit
 from mhalab.bench.timing import interleaved, sdpa_kernels
@@ -39,13 +40,14 @@ def _spec(backend, d_model, n_heads, d_head, n_kv_heads, n, batch, **kw):
 # -- configs and the CLI ---------------------------------------------------------------------------------------
 
 def test_configs_are_dataclasses_with_dotlist_overrides():
-    c = config.parse("complexity", ["grid.n=[64,128]", "backends=[math]", "decode.n_kv_heads=[8,1]", "threads=1"])
+    c = parse(config.ComplexityConfig, ["grid.n=[64,128]", "backends=[math]", "decode.n_kv_heads=[8,1]",
+                                        "threads=1"])
     assert isinstance(c, config.ComplexityConfig) and c.grid.n == [64, 128] and c.backends == ["math"]
     assert c.decode.kv_heads() == [8, 1] and config.DecodeConfig(n_heads=8).kv_heads() == [8, 4, 2, 1]
     assert config.DecodeConfig(n_heads=6, d_model=48).kv_heads() == [6, 3, 1]
-    t = config.parse("train", ["stats.every_n_steps=7", "objective=classification"])
+    t = parse(config.ThroughputConfig, ["stats.every_n_steps=7", "objective=classification"])
     assert t.stats.every_n_steps == 7 and t.architecture(4).model.pooling == "mean"
-    assert config.parse("gpu", ["dry_run=true"]).dry_run
+    assert parse(config.GpuConfig, ["dry_run=true"]).dry_run
     assert not (REPO / "src" / "mhalab" / "bench_conf").exists()
 
 
@@ -56,15 +58,17 @@ def test_configs_are_dataclasses_with_dotlist_overrides():
     ("train", "pos=rotary", "pos"), ("gpu", "steps=[nope]", "steps"), ("gpu", "d_models=[100]", "d_models"),
     ("complexity", "grid.n", "grid.n")])
 def test_a_bad_override_is_one_sentence_naming_the_key_and_exit_2(sub, override, names, capsys):
-    assert bench.main([sub, override, "out_dir=/nonexistent/never"] if sub != "gpu" else [sub, override]) == 2
+    argv = [sub, override, "out_dir=/nonexistent/never"] if sub != "gpu" else [sub, override]
+    assert run_command(["bench", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and names in err and len(err.splitlines()) == 1, err
 
 
 def test_cli_usage_cfg_and_unknown_subcommand(capsys):
-    assert bench.main(["--help"]) == 0 and "complexity,train,startup,overhead,gpu" in capsys.readouterr().out
-    assert bench.main(["train", "--cfg"]) == 0 and "every_n_steps: 50" in capsys.readouterr().out
-    assert bench.main(["nope"]) == 2 and "unknown subcommand" in capsys.readouterr().err
+    assert run_command(["bench", "--help"]) == 0 and "complexity,train,startup,overhead,gpu" in \
+        capsys.readouterr().out
+    assert run_command(["bench", "train", "--cfg"]) == 0 and "every_n_steps: 50" in capsys.readouterr().out
+    assert run_command(["bench", "nope"]) == 2 and "unknown subcommand" in capsys.readouterr().err
     from mhalab.cli import main as cli_main
 
     with pytest.raises(SystemExit) as exit_:  # `mhalab bench ...` passes the status on
@@ -75,7 +79,8 @@ def test_cli_usage_cfg_and_unknown_subcommand(capsys):
 @pytest.mark.proc
 def test_the_cli_parses_before_importing_torch():
     code = ("import sys; import mhalab.bench, mhalab.bench.config, mhalab.cost; "
-            "mhalab.bench.config.parse('gpu', ['dry_run=true']); assert 'torch' not in sys.modules, 'torch'")
+            "from mhalab.options import parse; parse(mhalab.bench.config.GpuConfig, ['dry_run=true']); "
+            "assert 'torch' not in sys.modules, 'torch'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 
@@ -193,7 +198,7 @@ TINY_COMPLEXITY = [
 
 def test_complexity_command_end_to_end_tiny_grid(tmp_path, capsys):
     """The CLI path; the gpu dry run below runs every section with plots."""
-    assert bench.main(["complexity", *TINY_COMPLEXITY, "sections=[equal_cost]", "plots=false",
+    assert run_command(["bench", "complexity", *TINY_COMPLEXITY, "sections=[equal_cost]", "plots=false",
                        f"out_dir={tmp_path}"]) == 0
     assert all((tmp_path / name).stat().st_size > 0 for name in ("results.csv", "results.json", "report.md"))
     res = json.loads((tmp_path / "results.json").read_text())
@@ -203,7 +208,7 @@ def test_complexity_command_end_to_end_tiny_grid(tmp_path, capsys):
 
 
 def test_cases_that_would_not_fit_are_skipped_saying_so(tmp_path):
-    cfg = config.parse("complexity", [*TINY_COMPLEXITY, "max_case_gib=1e-9", "sections=[scaling,decode]",
+    cfg = parse(config.ComplexityConfig, [*TINY_COMPLEXITY, "max_case_gib=1e-9", "sections=[scaling,decode]",
                                       f"out_dir={tmp_path}", "plots=false"])
     res = complexity.run_complexity(cfg)
     assert res["scaling"] == [] and res["decode"] == [] and len(res["skipped"]) == 6
@@ -218,7 +223,7 @@ def test_a_case_that_runs_out_of_memory_is_skipped_saying_so(tmp_path, monkeypat
         return {}
 
     monkeypatch.setattr(complexity, "run_memory", oom)
-    cfg = config.parse("complexity", [*TINY_COMPLEXITY, "sections=[scaling]", "backends=[sdpa]", "plots=false",
+    cfg = parse(config.ComplexityConfig, [*TINY_COMPLEXITY, "sections=[scaling]", "backends=[sdpa]", "plots=false",
                                       f"out_dir={tmp_path}"])
     res = complexity.run_complexity(cfg)
     assert [r["n"] for r in res["scaling"]] == [16] and "out of memory" in res["skipped"][0]
@@ -242,7 +247,7 @@ def test_train_command_measures_the_callbacks_own_pass(tmp_path, monkeypatch):
 
     monkeypatch.setattr(HeadStatsCallback, "measure", spy)
     args = TINY_TRAIN + ["objective=classification", "pooling=cls", f"out_dir={tmp_path}"]
-    assert bench.main(["train", *args]) == 0
+    assert run_command(["bench", "train", *args]) == 0
     res = json.loads((tmp_path / "results.json").read_text())
     assert [r["model"] for r in res["rows"]] == ["mhalab", "mhalab+stats", output.BASELINE]
     assert res["rows"][2]["ratio_vs_baseline"] == 1.0 and len({r["params"] for r in res["rows"]}) == 1
@@ -279,7 +284,7 @@ def test_the_baseline_computes_the_same_function(objective, norm, pooling):
 
 def test_gpu_command_without_cuda_says_so_and_exits_2(capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert bench.main(["gpu", "out=/nonexistent/never"]) == 2
+    assert run_command(["bench", "gpu", "out=/nonexistent/never"]) == 2
     assert "no CUDA device" in capsys.readouterr().err
 
 
@@ -305,7 +310,7 @@ def test_gpu_dry_run_writes_the_folder_and_a_report_without_gpu_figures(tmp_path
     monkeypatch.setattr(gpu, "_run", _fake_run(commands))
     monkeypatch.chdir(REPO)  # the GPU tests are found in the checkout it runs from, however mhalab was installed
     # compile=[false]: torch.compile's tracing takes seconds even on toy sizes (the slow test runs both)
-    res = bench.run("gpu", config.parse("gpu", ["dry_run=true", f"out={tmp_path}", "compile=[false]"]))
+    res = gpu.run_gpu(parse(config.GpuConfig, ["dry_run=true", f"out={tmp_path}", "compile=[false]"]))
     assert res["exit_status"] == 0 and {k: s["status"] for k, s in res["steps"].items()} == {
         "tests": "ok", "train": "ok", "throughput": "ok", "complexity": "ok", "decode": "ok"}
     pytest_cmd, *train_cmds = commands
@@ -338,7 +343,7 @@ def test_gpu_train_command_composes_for_the_default_task(monkeypatch, tmp_path):
 
     monkeypatch.setenv("MHALAB_ROOT", str(tmp_path))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # trainer=gpu is refused without CUDA
-    cfg = config.parse("gpu", [])
+    cfg = parse(config.GpuConfig, [])
     assert gpu.train_tasks(cfg) == ["bbc_news"] + (["mqar"] if "mqar" in __import__(
         "mhalab.data.config", fromlist=["TASKS"]).TASKS else [])
     for dry in (False, True):
@@ -350,7 +355,7 @@ def test_gpu_train_command_composes_for_the_default_task(monkeypatch, tmp_path):
 
 
 def test_gpu_batches_size_themselves_from_free_memory(monkeypatch):
-    cfg = config.parse("gpu", ["d_models=[512]", "compile=[false]"])
+    cfg = parse(config.GpuConfig, ["d_models=[512]", "compile=[false]"])
     monkeypatch.setattr(gpu, "free_memory_bytes", lambda device: 40 * 2 ** 30)
     ((label, tc, note),) = gpu.throughput_configs(cfg, torch.device("cpu"))
     assert label == "d512-eager" and tc.batch in (1, 2, 4, 8, 16, 32, 64) and tc.amp_bf16 and tc.n_heads == [8]
@@ -403,7 +408,7 @@ def test_startup_rotates_the_order_and_reports_the_median_ratio(tmp_path, monkey
     the report's ratios are the medians of the per-round ratios (the processes are stand-ins here; `pytest -m slow`
     runs the real ones)."""
     from mhalab.bench import startup
-    from mhalab.bench.config import parse
+    from mhalab.bench.config import StartupConfig
 
     order = []
     walls = iter([9.0, 2.0, 3.0, 2.5, 6.0, 2.4, 4.0, 2.2, 2.0, 2.2])  # warm-up, then in the order the commands run
@@ -416,7 +421,7 @@ def test_startup_rotates_the_order_and_reports_the_median_ratio(tmp_path, monkey
     monkeypatch.setattr(startup, "timed", fake)
     monkeypatch.setattr(startup, "time_sweep_preflight", lambda cfg, env: 4.5)
     monkeypatch.setattr(startup, "time_sweep", lambda cfg, env, root: None)  # tests/training/test_overhead.py runs it
-    r = startup.run_startup(parse("startup", ["rounds=3", f"out_dir={tmp_path}"]))
+    r = startup.run_startup(parse(StartupConfig, ["rounds=3", f"out_dir={tmp_path}"]))
     assert order == ["run", "baseline", "run", "frozen", "run", "frozen", "baseline", "frozen", "baseline", "run"]
     # round 1: baseline 2.0, run 3.0, frozen 2.5; round 2: run 6.0, frozen 2.4, baseline 4.0;
     # round 3: frozen 2.2, baseline 2.0, run 2.2

@@ -12,7 +12,8 @@ import pytest
 from scipy import stats as scipy_stats
 
 from mhalab.errors import ConfigError
-from mhalab.report import main, md_escape, report
+from mhalab.cli import main
+from mhalab.report.command import md_escape, report
 from mhalab.runs.summary import RunSummary, write_summary
 
 
@@ -184,7 +185,7 @@ def test_markdown_from_run_files_is_escaped(tmp_path):
 
 def test_missing_dir_is_one_sentence_and_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        main([str(tmp_path / "nope")])
+        main(["report", str(tmp_path / "nope")])
     assert e.value.code == 2 and "is not a directory" in capsys.readouterr().err
 
 

@@ -124,7 +124,7 @@ def _rows(path) -> list[dict]:
 
 
 def test_a_three_seed_sweep_reports_no_p_of_0_no_contradicting_interval_and_says_it_needs_seeds(tmp_path):
-    from mhalab.report import report
+    from mhalab.report.command import report
 
     plan = {(8, 1e-3): [800, 900, 700], (8, 1e-2): [None, 1500, None],
             (1, 1e-3): [None, None, None], (1, 1e-2): [1200, None, 1400]}
@@ -147,7 +147,7 @@ def test_a_three_seed_sweep_reports_no_p_of_0_no_contradicting_interval_and_says
 def test_stage_a_chooses_and_freezes_stage_b_alone_is_tested(tmp_path):
     """Seeds 0-2 (stage A) choose lr 1e-3 for MHA; fresh seeds 3-7 (stage B) are the only runs in a verdict, and a
     stage-B run at the other lr that looks better does not change the choice. The per-run CSV recomputes the p."""
-    from mhalab.report import report
+    from mhalab.report.command import report
 
     sel = [0, 1, 2]
     runs = [_run(8, s, 1e-3, 800 + 50 * s, 0.95, sel) for s in range(8)]

@@ -4,7 +4,7 @@ read without config groups or '(-)'; report.html links each run's interactive at
 import importlib.util
 from pathlib import Path
 
-from mhalab.report import report
+from mhalab.report.command import report
 from mhalab.report.figures import INTERVAL
 
 _spec = importlib.util.spec_from_file_location("report_tests", Path(__file__).parent / "test_report.py")

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from mhalab.cli import kv_args, parser
-from mhalab.report import report
+from mhalab.options import parse
+from mhalab.report.command import report
+from mhalab.report.options import ReportOptions
 from mhalab.runs.summary import RunSummary, read_summary, write_summary
 
 RUNS = [(0.1, 0, 0.5), (0.1, 1, 0.6), (0.2, 0, 0.7), (0.2, 1, 0.8)]  # (optim.lr, seed, accuracy)
@@ -60,9 +61,8 @@ def test_report_json_is_strict_json(sweep):
 @pytest.mark.parametrize("argv", [["--baseline", "optim.lr=0.2"], ["--baseline=optim.lr=0.2"],
                                   ["baseline=optim.lr=0.2"]])
 def test_baseline_with_an_equals_sign(argv):
-    p = parser("report")
-    assert p.parse_args(kv_args(["d", *argv], p)).baseline == "optim.lr=0.2"
-    assert p.parse_args(kv_args(["d", "--baseline", "seed=0", "metric=val/acc"], p)).metric == "val/acc"
+    assert parse(ReportOptions, ["d", *argv]).baseline == "optim.lr=0.2"
+    assert parse(ReportOptions, ["d", "--baseline", "seed=0", "metric=val/acc"]).metric == "val/acc"
 
 
 @pytest.mark.proc

@@ -143,13 +143,13 @@ def test_a_final_state_that_ties_with_the_best_at_float32_is_tested_in_memory(tm
 
 
 def test_bench_overhead_times_a_real_run_against_its_plain_loop(tmp_path, data_cache):
-    from mhalab.bench import main
+    from mhalab.cli import run_command
 
     recipe = ["setup=mqar_cpu", "model.n_layers=1", "model.d_model=32", "attention.n_heads=2", "data.mqar.n_train=256",
               "data.mqar.n_val=32", "data.mqar.n_test=32", "stats.plots=false"]
     out = tmp_path / "bench"
-    assert main(["overhead", f"recipe=[{','.join(recipe)}]", "rounds=2", "steps_per_round=3", "warmup_steps=2",
-                 f"cache_dir={data_cache}", f"out_dir={out}"]) == 0
+    assert run_command(["bench", "overhead", f"recipe=[{','.join(recipe)}]", "rounds=2", "steps_per_round=3",
+                        "warmup_steps=2", f"cache_dir={data_cache}", f"out_dir={out}"]) == 0
     result = json.loads((out / "results.json").read_text())
     assert [r["round"] for r in result["rows"]] == [1, 2] and result["flops_per_step"] > 0
     for r in result["rows"]:
@@ -160,12 +160,13 @@ def test_bench_overhead_times_a_real_run_against_its_plain_loop(tmp_path, data_c
 
 
 def test_bench_overhead_settings_are_checked():
-    from mhalab.bench.config import parse
+    from mhalab.bench.config import OverheadConfig
     from mhalab.errors import ConfigError
+    from mhalab.options import parse
 
-    assert parse("overhead", ["rounds=3"]).rounds == 3
+    assert parse(OverheadConfig, ["rounds=3"]).rounds == 3
     with pytest.raises(ConfigError, match="steps_per_round"):
-        parse("overhead", ["steps_per_round=0"])
+        parse(OverheadConfig, ["steps_per_round=0"])
 
 
 def test_stacked_columns_are_typed_as_the_torch_format_types_them(data_cache):
@@ -180,10 +181,11 @@ def test_stacked_columns_are_typed_as_the_torch_format_types_them(data_cache):
 def test_the_sweep_figure_times_a_real_sweep_against_one_plain_process(tmp_path):
     import os
 
-    from mhalab.bench.config import parse
+    from mhalab.bench.config import StartupConfig
     from mhalab.bench.sweep import time_sweep
+    from mhalab.options import parse
 
-    cfg = parse("startup", ["sweep_runs=2", "sweep_steps=3", "sweep_rounds=1", "threads=1"])
+    cfg = parse(StartupConfig, ["sweep_runs=2", "sweep_steps=3", "sweep_rounds=1", "threads=1"])
     env = {**os.environ, "WANDB_SILENT": "true"}
     got = time_sweep(cfg, env, str(tmp_path))
     assert got["runs"] == 2 and got["steps"] == 3 and len(got["rows"]) == 1

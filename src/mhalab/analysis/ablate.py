@@ -44,6 +44,7 @@ from mhalab.heads import head_label
 from mhalab.hooks import act_name, hooks
 from mhalab.stats import holm, lower_is_better, mean_ci, paired
 from mhalab.tables import Table, write_csv
+from mhalab.analysis.options import AblateOptions
 from mhalab.pictures import new_figure
 
 def _by_layer(heads: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
@@ -412,12 +413,13 @@ def ablate(checkpoints: list[Path], out: Path | None = None, importance_split: s
     return result
 
 
-def run_cli(args) -> int:
-    if args.importance_split == args.eval_split:
-        print(f"warning: importance and evaluation both on the {args.eval_split} split: the pruning curve is then "
+def ablate_command(o: AblateOptions) -> int:
+    """`mhalab ablate`: `ablate` on the options, its tables printed."""
+    if o.importance_split == o.eval_split:
+        print(f"warning: importance and evaluation both on the {o.eval_split} split: the pruning curve is then "
               "judged on the data that ranked the heads", file=sys.stderr)
-    r = ablate(args.checkpoints, args.out, args.importance_split, args.eval_split, args.batches or None, args.step,
-               args.random_orders, not args.no_prune, args.seed, args.batch_size)
+    r = ablate(o.checkpoints, o.out, o.importance_split, o.eval_split, o.batches or None, o.step, o.random_orders,
+               o.prune, o.seed, o.batch_size)
     print((r["out"] / "heads.md").read_text())
     if r["pruning"]:
         print((r["out"] / "pruning.md").read_text())
@@ -425,11 +427,7 @@ def run_cli(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> None:
-    from mhalab.cli import command_main
-
-    command_main("ablate", argv)
-
-
 if __name__ == "__main__":
-    main()
+    from mhalab.cli import main
+
+    main(["ablate", *sys.argv[1:]])

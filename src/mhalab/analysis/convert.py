@@ -42,6 +42,7 @@ from mhalab.training.evaluation import evaluate, headline, split_batches
 from mhalab.heads import resolve_heads
 from mhalab.stats import holm, lower_is_better, mean_ci, paired, tost
 from mhalab.tables import Table, write_csv
+from mhalab.analysis.options import ConvertOptions
 from mhalab.pictures import new_figure
 
 INITS = ("mean", "first", "random")
@@ -331,20 +332,19 @@ def convert(checkpoints: list[Path], n_kv_heads: int, inits: list[str] | None = 
     return result
 
 
-def run_cli(args) -> int:
-    scratch = [s for s in args.scratch.split(",") if s and s != "none"]
-    r = convert(args.checkpoints, args.n_kv_heads, [s for s in args.init.split(",") if s], args.uptrain_fraction,
-                scratch, args.mha_control, args.out, args.split, args.batches or None, args.seed, args.lr, args.margin)
+def convert_command(o: ConvertOptions) -> int:
+    """`mhalab convert`: `convert` on the options, its table printed."""
+    r = convert(o.checkpoints, o.n_kv_heads, [s for s in o.init if s], o.uptrain_fraction,
+                [s for s in o.scratch if s and s != "none"], o.mha_control, o.out, o.split, o.batches or None, o.seed,
+                o.lr, o.margin)
     print((r["out"] / "conversion.md").read_text())
     print(f"wrote {r['out']}")
     return 0
 
 
-def main(argv: list[str] | None = None) -> None:
-    from mhalab.cli import command_main
-
-    command_main("convert", argv)
-
-
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from mhalab.cli import main
+
+    main(["convert", *sys.argv[1:]])

@@ -7,6 +7,7 @@ with --html the interactive page of every head (attention.html, mhalab.attention
 from datetime import datetime
 from pathlib import Path
 
+from mhalab.analysis.options import PlotsOptions
 from mhalab.errors import ConfigError
 from mhalab.pictures import drawn_stats, plot_attention_maps, plot_stat_heatmaps
 
@@ -54,38 +55,38 @@ def attention_page_from_checkpoint(run_dir, out_dir, matrices: dict, checkpoint=
                                 f"{Path(run_dir).name}", arch.attention.n_kv_heads)
 
 
-def run_cli(args) -> int:
+def plots_command(o: PlotsOptions) -> int:
     """`mhalab plots`: the heatmaps from summary.json and, unless --no-maps, the attention maps, and with --html the
     interactive page of every head, in a new folder."""
     from mhalab.checks import check_int
     from mhalab.config.writes import check_links
     from mhalab.runs.summary import read_summary
 
-    out = args.out if args.out is not None else args.run_dir / f"plots-redrawn-{datetime.now():%Y%m%d-%H%M%S}"
-    check_int("--max-tokens", args.max_tokens, 2, 512)
-    if out.resolve() == (args.run_dir / "plots").resolve():
+    out = o.out if o.out is not None else o.run_dir / f"plots-redrawn-{datetime.now():%Y%m%d-%H%M%S}"
+    check_int("--max-tokens", o.max_tokens, 2, 512)
+    if out.resolve() == (o.run_dir / "plots").resolve():
         raise ConfigError(f"--out {out}: that is where training drew its pictures; choose a new folder")
-    if args.out is None:  # inside a run someone else may have made: no link may carry the pictures elsewhere
-        check_links(out, args.run_dir, "draw the pictures there")
-    summary = read_summary(args.run_dir)
+    if o.out is None:  # inside a run someone else may have made: no link may carry the pictures elsewhere
+        check_links(out, o.run_dir, "draw the pictures there")
+    summary = read_summary(o.run_dir)
     if not summary.head_stats:
-        raise ConfigError(f"cannot redraw plots: {args.run_dir}/summary.json has no head statistics")
+        raise ConfigError(f"cannot redraw plots: {o.run_dir}/summary.json has no head statistics")
     from mhalab.training.console import each_with_progress
 
     matrices = summary_matrices(summary)
     # the attention maps first: they read the run's checkpoint and rebuild its data, which may be refused
-    pictures = ([] if args.no_maps else ["attention maps"])
+    pictures = ["attention maps"] if o.maps else []
     pictures += [f"heatmap of {name}" for name in drawn_stats(matrices, summary.objective == "clm")]
-    pictures += ["interactive page"] if args.html else []
+    pictures += ["interactive page"] if o.html else []
     paths = []
     for picture in each_with_progress("plots", pictures, "picture"):  # a line on stderr as each one starts
         if picture == "attention maps":
-            paths.append(attention_maps_from_checkpoint(args.run_dir, out, args.checkpoint, args.max_tokens))
+            paths.append(attention_maps_from_checkpoint(o.run_dir, out, o.checkpoint, o.max_tokens))
         elif picture == "interactive page":
-            paths.append(attention_page_from_checkpoint(args.run_dir, out, matrices, args.checkpoint))
+            paths.append(attention_page_from_checkpoint(o.run_dir, out, matrices, o.checkpoint))
         else:
             paths += plot_stat_heatmaps(matrices, out, stats=[picture.removeprefix("heatmap of ")])
-    paths.append(write_head_table(summary, out / "head_stats.md", args.run_dir))
+    paths.append(write_head_table(summary, out / "head_stats.md", o.run_dir))
     for path in paths:
         print(path)
     return 0
@@ -109,11 +110,9 @@ def write_head_table(summary, path: Path, run_dir: Path) -> Path:
     return path
 
 
-def main(argv: list[str] | None = None) -> None:
-    from mhalab.cli import command_main
-
-    command_main("plots", argv)
-
-
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from mhalab.cli import main
+
+    main(["plots", *sys.argv[1:]])

@@ -2,6 +2,6 @@
 
 import sys
 
-from mhalab.bench import main
+from mhalab.cli import main
 
-sys.exit(main())
+main(["bench", *sys.argv[1:]])

@@ -37,6 +37,7 @@ from mhalab.bench.timing import (MIB, interleaved, kernel_name, loadavg, memory_
 from mhalab.cost import attention_flops, attention_peak_bytes, attention_score_bytes, attention_train_flops, \
     measured_flops
 from mhalab.heads import resolve_heads
+from mhalab.bench.config import ComplexityConfig
 
 # In the memory process every allocation of 64 KiB or more is its own mmap, returned to the OS when freed, so RSS
 # follows the live tensors; glibc's default (a threshold rising to 32 MiB) kept freed blocks and made peaks erratic.
@@ -277,7 +278,7 @@ def equal_cost_section(cfg, device: torch.device) -> tuple[list[dict], list[str]
     return rows, skipped
 
 
-def run_complexity(cfg) -> dict:
+def run_complexity(cfg: ComplexityConfig) -> dict:
     """The sections of `cfg.sections`, then the report, results.csv/json and plots in the output folder."""
     from mhalab.bench.decode import decode_section
 

@@ -1,13 +1,12 @@
 """The settings of every benchmark: dataclasses holding each key's default and checks, in one place.
 
-`parse(name, overrides)` builds a subcommand's config from `key=value` overrides (OmegaConf dotlist: lists as
-`grid.n=[64,128]`, nested keys with dots). An unknown key, a value of the wrong type or out of range is a
-`ConfigError`: one sentence naming the key. This module imports no torch.
+Each is a subcommand's options: `mhalab.cli` parses the command line into one (`mhalab.options`: `--grid.n [64,128]`,
+or `grid.n=[64,128]`). A value out of range is a `ConfigError`: one sentence naming the key. This module imports no
+torch.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -15,6 +14,7 @@ from mhalab.checks import check_choice, check_int, check_number
 from mhalab.errors import ConfigError
 from mhalab.architecture import BACKENDS
 from mhalab.config.schema import StatsConfig
+from mhalab.options import Threads
 
 DTYPES = ("float32", "bfloat16", "float16")
 SECTIONS = ("scaling", "equal_cost", "decode")
@@ -35,19 +35,17 @@ def _positive_ints(key: str, values) -> None:
 
 
 @dataclass
-class MachineConfig:
-    """Keys every subcommand shares."""
+class MachineConfig(Threads):
+    """Keys every subcommand shares (and `threads`: torch's threads; on a small shared CPU use 1, README)."""
 
     out_dir: Optional[str] = None  # default outputs/bench/<subcommand>-<timestamp>
     device: str = "auto"  # auto | cpu | cuda[:i]
-    threads: Optional[int] = None  # torch.set_num_threads; on a small shared CPU use 1 (README)
     seed: int = 0
     plots: bool = True
 
     def __post_init__(self):
+        super().__post_init__()
         _device(self.device)
-        if self.threads is not None:
-            check_int("threads", self.threads, 1, 4096)
         check_int("seed", self.seed, 0)
 
 
@@ -339,43 +337,3 @@ class GpuConfig:
         bad = [d for d in self.d_models if d % 64]
         if bad:
             raise ConfigError(f"d_models={list(self.d_models)}: {bad[0]} is not a multiple of 64 (heads of 64)")
-
-
-CONFIGS = {"complexity": ComplexityConfig, "train": ThroughputConfig, "startup": StartupConfig,
-           "overhead": OverheadConfig, "gpu": GpuConfig}
-
-
-def parse(name: str, overrides: list[str] | tuple[str, ...] = ()):
-    """The config of subcommand `name` with `key=value` overrides; a ConfigError names the key at fault."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
-
-    cls = CONFIGS[name]
-    bad = [o for o in overrides if "=" not in o or o.startswith("=")]
-    if bad:
-        raise ConfigError(f"override {bad[0]!r} is not of the form key=value (e.g. grid.n=[64,128])")
-    node = OmegaConf.structured(cls)
-    for override in overrides:
-        try:
-            node = OmegaConf.merge(node, OmegaConf.from_dotlist([override]))
-        except OmegaConfBaseException as e:
-            key = override.split("=", 1)[0]
-            if isinstance(e, ConfigKeyError):
-                raise ConfigError(f"unknown key {key!r} in override {override!r}: `mhalab bench {name} --cfg` lists "
-                                  "the keys") from None
-            reason = str(e).splitlines()[0].rstrip(".")
-            raise ConfigError(f"{key}: {reason} (in override {override!r})") from None
-    try:
-        return OmegaConf.to_object(node)
-    except OmegaConfBaseException as e:
-        raise ConfigError(str(e).splitlines()[0]) from None
-
-
-def to_dict(cfg) -> dict:
-    return dataclasses.asdict(cfg)
-
-
-def to_yaml(cfg) -> str:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_yaml(OmegaConf.structured(cfg))

@@ -33,7 +33,8 @@ import torch
 
 from mhalab.bench import output
 from mhalab.bench.gpu_report import claim_rows, gpu_report
-from mhalab.bench.config import ComplexityConfig, DecodeConfig, EqualCostConfig, GridConfig, ThroughputConfig
+from mhalab.bench.config import (ComplexityConfig, DecodeConfig, EqualCostConfig, GpuConfig, GridConfig,
+                                 ThroughputConfig)
 from mhalab.bench.timing import free_memory_bytes, kernel_name, machine_info, release, sdpa_kernels
 from mhalab.cost import training_bytes
 from mhalab.errors import ConfigError
@@ -59,7 +60,7 @@ class Budget:
         return self.end - time.monotonic()
 
 
-def run_gpu(cfg) -> dict:
+def run_gpu(cfg: GpuConfig) -> dict:
     """Every step of cfg.steps into the folder cfg.out, then report.md and summary.json; a ConfigError without
     CUDA unless dry_run."""
     if not cfg.dry_run and not torch.cuda.is_available():

@@ -26,12 +26,9 @@ SCALING_METRICS = (("flops_fwd_closed", "FLOPs fwd (closed form)"), ("fwd_ms", "
 
 def start(cfg, sub: str, device) -> tuple[Path, dict]:
     """Threads, output folder and machine description of a benchmark run, announced on stdout."""
-    import torch
-
     from mhalab.bench.timing import machine_info
 
-    if cfg.threads:
-        torch.set_num_threads(int(cfg.threads))
+    cfg.apply_threads()  # as `mhalab.cli` does for the command's own options; also for the configs gpu builds
     out = Path(cfg.out_dir) if cfg.out_dir else Path("outputs/bench") / f"{sub}-{datetime.now():%Y%m%d-%H%M%S}"
     out.mkdir(parents=True, exist_ok=True)
     info = machine_info(device)

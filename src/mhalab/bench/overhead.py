@@ -25,6 +25,7 @@ import torch
 from mhalab.bench.output import md_table, start, write
 from mhalab.bench.timing import loadavg
 from mhalab.cost import matmul_flops
+from mhalab.bench.config import OverheadConfig
 
 COLUMNS = [("round", "round", "d"), ("run_ms", "run ms/step", ".2f"), ("plain_ms", "plain ms/step", ".2f"),
            ("ratio", "run / plain", ".3f"), ("peak_gflops", "matmul peak GFLOP/s", ".1f"),
@@ -137,7 +138,7 @@ def plain_loop(trainer, pl_module, pool: int):
     return step, batches[0]
 
 
-def run_overhead(cfg) -> dict:
+def run_overhead(cfg: OverheadConfig) -> dict:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 

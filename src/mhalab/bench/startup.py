@@ -28,6 +28,7 @@ from pathlib import Path
 from mhalab.bench.output import md_table, start, write
 from mhalab.bench.sweep import time_sweep
 from mhalab.bench.timing import loadavg
+from mhalab.bench.config import StartupConfig
 
 BASELINE_CODE = "import torch, lightning"
 FROZEN_CODE = "import gc, torch, lightning; gc.freeze()"  # the same quick exit as mhalab's
@@ -52,7 +53,7 @@ def timed(cmd: list[str], env: dict) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def run_startup(cfg) -> dict:
+def run_startup(cfg: StartupConfig) -> dict:
     import torch
 
     out, info = start(cfg, "startup", torch.device("cpu"))

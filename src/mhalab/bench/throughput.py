@@ -31,6 +31,7 @@ from mhalab.cost import encoder_params, train_flops
 from mhalab.training.evaluation import mean_cross_entropy
 from mhalab.model import build_model
 from mhalab.architecture import Architecture
+from mhalab.bench.config import ThroughputConfig
 
 
 class TorchEncoderStack(nn.Module):
@@ -147,7 +148,7 @@ def _extras(cfg, cb, module, arch, g, plot_dir, importance) -> dict:
     return out
 
 
-def run_train(cfg) -> dict:
+def run_train(cfg: ThroughputConfig) -> dict:
     """Every comparison of cfg.n_heads, then the report, results and plot in the output folder."""
     device = resolve_device(cfg.device)
     out, info = output.start(cfg, "train", device)

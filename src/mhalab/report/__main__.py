@@ -1,3 +1,7 @@
-from mhalab.report import main
+"""`python -m mhalab.report ...` is `mhalab report ...`."""
 
-main()
+import sys
+
+from mhalab.cli import main
+
+main(["report", *sys.argv[1:]])

@@ -1,0 +1,27 @@
+"""The options of `mhalab report` (its command line: `mhalab.options`), kept apart from the command
+(`report.command`, which imports numpy) so that `mhalab report --help` answers at once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from mhalab.options import option
+
+
+@dataclass
+class ReportOptions:
+    """tables, paired confidence intervals and plots of sweeps"""
+
+    dirs: list[Path] = option(positional=True, help="multirun directories (or any folders holding summary.json)")
+    out: Optional[Path] = option(None, "output folder (default <first dir>/report)")
+    metric: Optional[str] = option(None, "a key of the summaries' metrics (default val/acc for classification, "
+                                         "val/bpb for text language modelling)")
+    baseline: Optional[str] = option(None, "the arm every other one is compared with, e.g. "
+                                           "'attention.n_kv_heads=8' (default: the first arm)")
+    wandb: bool = option(False, "also log the configurations to wandb (offline)")
+    wandb_project: str = option("mhalab")
+    plots: bool = option(True, "the pictures (--no-plots: none)")
+    table: bool = option(False, "print the experiments table of README.md from the given report.json files instead "
+                                "(experiments/*/results/report.json)")
