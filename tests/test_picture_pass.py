@@ -29,3 +29,20 @@ def test_attention_maps_mark_the_diagonal_and_blank_the_keys_a_causal_query_cann
     fig = attention_figure(maps(T, causal=False), list("abcdef"))
     assert not np.ma.getmaskarray(fig.axes[0].images[0].get_array()).any()
     assert "blank" not in fig._suptitle.get_text()
+
+
+def test_every_heatmap_title_says_what_its_cells_are_and_fits_the_figure():
+    """A title names the statistic and what it measures (prev: weight on the previous position), above the axis
+    labels' size, wrapped to the figure's width."""
+    from mhalab.analysis.plots import _TITLES, stat_figure
+
+    for stat in ["prev", "induction_score", "duplicate_token_score", "entropy_norm", "argmax_distance", "entropy"]:
+        for n_heads in (1, 4):
+            fig = stat_figure(torch.rand(2, n_heads), stat)
+            title = fig.axes[0].title
+            assert title.get_text().replace("\n", " ").startswith(stat), title.get_text()
+            assert title.get_fontsize() > fig.axes[0].xaxis.label.get_fontsize()
+            fig.canvas.draw()
+            box = title.get_window_extent()
+            assert 0 <= box.x0 and box.x1 <= fig.bbox.width, (stat, n_heads, box)
+    assert _TITLES["prev"] == "prev: weight on the previous position"

@@ -7,6 +7,7 @@ CLI: `mhalab plots <run_dir> [--out DIR] [--html]` redraws a run's pictures into
 with --html the interactive page of every head (attention.html, mhalab.analysis.interactive).
 """
 
+import textwrap
 from datetime import datetime
 from pathlib import Path
 
@@ -32,7 +33,13 @@ _UNIT_STATS = {"entropy_norm", "confidence", "first_token", "self", "prev", "nex
                "duplicate_token_score", "induction_score", "importance"}
 _UNITS = {"entropy": "nats", "distance": "tokens", "argmax_distance": "tokens"}
 _TITLES = {"importance": "importance E|dL/d gate|, normalised per layer",
-           "distance": "expected distance |i - j|", "argmax_distance": "distance to the largest weight"}
+           "distance": "distance: expected |i - j|", "argmax_distance": "argmax_distance: to the largest weight",
+           "entropy_norm": "entropy_norm: entropy / ln(keys), 1 = uniform",
+           "confidence": "confidence: a query's largest weight", "first_token": "first_token: weight on position 0",
+           "self": "self: weight on the query's own position", "prev": "prev: weight on the previous position",
+           "next": "next: weight on the next position", "prev_token_score": "prev_token_score (random tokens)",
+           "duplicate_token_score": "duplicate_token_score (random tokens)",
+           "induction_score": "induction_score (random repeated tokens)"}
 MAX_COLUMNS = 4  # panels per row of an attention-map grid
 
 
@@ -183,7 +190,8 @@ def stat_figure(matrix, stat: str):
     ax.set_yticks(range(n_layers), [f"L{i}" for i in range(n_layers)], fontsize=8)
     ax.set_xlabel("head", fontsize=8)
     ax.set_ylabel("layer", fontsize=8)
-    ax.set_title(_TITLES.get(stat, stat) + (f" ({_UNITS[stat]})" if stat in _UNITS else ""), fontsize=11)
+    title = _TITLES.get(stat, stat) + (f" ({_UNITS[stat]})" if stat in _UNITS else "")  # what the cells are
+    ax.set_title(textwrap.fill(title, int(fig.get_figwidth() * 12)), fontsize=10)  # ~12 characters an inch
     return fig
 
 
