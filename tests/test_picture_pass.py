@@ -46,3 +46,11 @@ def test_every_heatmap_title_says_what_its_cells_are_and_fits_the_figure():
             box = title.get_window_extent()
             assert 0 <= box.x0 and box.x1 <= fig.bbox.width, (stat, n_heads, box)
     assert _TITLES["prev"] == "prev: weight on the previous position"
+
+
+def test_the_interactive_page_shows_no_statistic_that_is_zero_by_construction():
+    from mhalab.analysis.interactive import page_data
+
+    stats = {"prev": torch.rand(1, 2), "next": torch.zeros(1, 2)}
+    assert list(page_data(maps(5, causal=True), list("abcde"), stats)["stats"]) == ["prev"]
+    assert list(page_data(maps(5, causal=False), list("abcde"), stats)["stats"]) == ["prev", "next"]
