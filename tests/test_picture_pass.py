@@ -54,3 +54,14 @@ def test_the_interactive_page_shows_no_statistic_that_is_zero_by_construction():
     stats = {"prev": torch.rand(1, 2), "next": torch.zeros(1, 2)}
     assert list(page_data(maps(5, causal=True), list("abcde"), stats)["stats"]) == ["prev"]
     assert list(page_data(maps(5, causal=False), list("abcde"), stats)["stats"]) == ["prev", "next"]
+
+
+def test_ablation_colour_bars_say_what_the_sign_means(tmp_path):
+    from mhalab.analysis.ablate import plot_heatmaps
+
+    rows = [{"layer": 0, "index": h, "importance": 0.5, "zero_dbpb": 0.01 * h, "mean_dbpb": 0.005 * h,
+             "zero_dacc": -0.01 * h, "mean_dacc": -0.005 * h} for h in range(2)]
+    labels = [ax.get_ylabel() for ax in plot_heatmaps(rows, 1, 2, "bpb", tmp_path / "a.png").axes[1::2]]
+    assert labels == ["normalised per layer, 0-1"] + ["bpb ablated - intact (> 0: the head helps)"] * 2
+    labels = [ax.get_ylabel() for ax in plot_heatmaps(rows, 1, 2, "acc", tmp_path / "b.png").axes[1::2]]
+    assert labels[1:] == ["acc ablated - intact (< 0: the head helps)"] * 2

@@ -312,8 +312,11 @@ def plot_heatmaps(rows: list[dict], n_layers: int, n_heads: int, key: str, path:
         ax.set_xticks(range(n_heads))
         ax.set_yticks(range(n_layers))
         ax.set_title(title, fontsize=10)
-        fig.colorbar(im, ax=ax, fraction=0.046, extend="neither" if col == "importance" or top <= lim * 1.0001
-                     else "both")
+        bar = fig.colorbar(im, ax=ax, fraction=0.046, extend="neither" if col == "importance" or top <= lim * 1.0001
+                           else "both")
+        helps = "> 0" if lower_is_better(key) else "< 0"  # the sign of a head whose removal hurts
+        bar.set_label("normalised per layer, 0-1" if col == "importance"
+                      else f"{key} ablated - intact ({helps}: the head helps)", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return fig
