@@ -65,3 +65,18 @@ def test_ablation_colour_bars_say_what_the_sign_means(tmp_path):
     assert labels == ["normalised per layer, 0-1"] + ["bpb ablated - intact (> 0: the head helps)"] * 2
     labels = [ax.get_ylabel() for ax in plot_heatmaps(rows, 1, 2, "acc", tmp_path / "b.png").axes[1::2]]
     assert labels[1:] == ["acc ablated - intact (< 0: the head helps)"] * 2
+
+
+def test_pruning_legend_counts_orders_and_checkpoints_in_words(tmp_path):
+    """'random orders (10th-90th percentile, 1 x 3)' and 'mean of 1' said nothing: the legend names the number of
+    random orders and, with several checkpoints, that the curves are their mean."""
+    from mhalab.analysis.ablate import plot_pruning
+
+    agg = [{"fraction": f, "random_p10": 3.6, "random_p90": 3.7, "random_bpb": 3.65, "importance_bpb": 3.62,
+            "ablation_bpb": 3.63, "importance_ci95_low": 3.61, "importance_ci95_high": 3.63} for f in (0.0, 0.5, 1.0)]
+    legend = [t.get_text() for t in plot_pruning(agg, "bpb", tmp_path / "p.png", "t", 1, 3).axes[0].get_legend().texts]
+    assert legend == ["random orders: 10th-90th percentile of 3", "random orders (mean)", "importance order",
+                      "single-head ablation order"]
+    legend = [t.get_text() for t in plot_pruning(agg, "bpb", tmp_path / "q.png", "t", 2, 3).axes[0].get_legend().texts]
+    assert legend[0] == "random orders: 10th-90th percentile of 6 (2 checkpoints x 3)"
+    assert legend[2] == "importance order (mean of 2 checkpoints)"
