@@ -48,12 +48,22 @@ def test_every_heatmap_title_says_what_its_cells_are_and_fits_the_figure():
     assert _TITLES["prev"] == "prev: weight on the previous position"
 
 
-def test_the_interactive_page_shows_no_statistic_that_is_zero_by_construction():
-    from mhalab.analysis.interactive import page_data
+def test_the_interactive_page_shows_no_statistic_that_is_zero_by_construction(tmp_path, monkeypatch):
+    """`mhalab plots --html` (and the end of a run, through the same drawn_stats) leaves `next` off a causal model's
+    page, as it draws no heatmap of it."""
+    import json
+    from types import SimpleNamespace
+
+    from mhalab.analysis import plots
 
     stats = {"prev": torch.rand(1, 2), "next": torch.zeros(1, 2)}
-    assert list(page_data(maps(5, causal=True), list("abcde"), stats)["stats"]) == ["prev"]
-    assert list(page_data(maps(5, causal=False), list("abcde"), stats)["stats"]) == ["prev", "next"]
+    for causal, shown in ((True, ["prev"]), (False, ["prev", "next"])):
+        module = SimpleNamespace(arch=SimpleNamespace(causal=causal, attention=SimpleNamespace(n_kv_heads=2)))
+        monkeypatch.setattr(plots, "probe_example", lambda run_dir, checkpoint=None: (maps(5, causal), list("abcde"),
+                                                                                     module))
+        page = plots.attention_page_from_checkpoint(tmp_path / "run", tmp_path / str(causal), stats).read_text()
+        data = json.loads(page.split("const D = ", 1)[1].split(";\n", 1)[0])
+        assert list(data["stats"]) == shown
 
 
 def test_ablation_colour_bars_say_what_the_sign_means(tmp_path):

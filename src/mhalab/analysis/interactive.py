@@ -21,12 +21,7 @@ def page_data(weights_per_layer, tokens, stats: dict | None = None, n_kv_heads: 
               max_tokens: int = MAX_TOKENS) -> dict:
     """The page's inline data: tokens, weights per layer and head in thousandths ((T, T) lists of ints), the
     head statistics {stat: (L, H) lists} and the model's shape."""
-    from mhalab.analysis.plots import drawn_stats
-
     n = min(len(tokens), max_tokens)
-    # a causal model (no weight above the diagonal): `next` is 0 by construction, not shown
-    causal = all(bool((w.detach()[:, :n, :n].triu(1) == 0).all()) for w in weights_per_layer)
-    stats = {k: (stats or {})[k] for k in drawn_stats(stats or {}, causal)}
     layers = []
     for w in weights_per_layer:  # (H, T, T)
         w = w.detach().float().cpu()[:, :n, :n]  # (H, n, n)

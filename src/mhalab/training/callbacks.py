@@ -215,7 +215,8 @@ class HeadStatsCallback(L.Callback):
         maps, tokens = self.probe_maps()
         paths.append(plots.plot_attention_maps(maps, tokens, self.plot_dir / "attention_maps.png",
                                                self.cfg.max_plot_tokens, n_kv_heads=arch.attention.n_kv_heads))
-        paths.append(write_attention_page(self.plot_dir / "attention.html", maps, tokens, matrices, "attention of "
+        shown = {k: matrices[k] for k in plots.drawn_stats(matrices, arch.causal)}  # none zero by construction
+        paths.append(write_attention_page(self.plot_dir / "attention.html", maps, tokens, shown, "attention of "
                                           f"every head: {self.plot_dir.parent.name}", arch.attention.n_kv_heads))
         self.plot_paths = paths
         log_images(pl_module.loggers, {p.stem: (imread(p)[..., :3] * 255).astype("uint8") for p in paths
