@@ -90,3 +90,32 @@ def test_pruning_legend_counts_orders_and_checkpoints_in_words(tmp_path):
     legend = [t.get_text() for t in plot_pruning(agg, "bpb", tmp_path / "q.png", "t", 2, 3).axes[0].get_legend().texts]
     assert legend[0] == "random orders: 10th-90th percentile of 6 (2 checkpoints x 3)"
     assert legend[2] == "importance order (mean of 2 checkpoints)"
+
+
+def _arm(label, histories):
+    from types import SimpleNamespace
+
+    runs = [SimpleNamespace(summary=SimpleNamespace(history=h)) for h in histories]
+    chosen = SimpleNamespace(runs=runs, label="-", threshold=lambda: None)
+    return SimpleNamespace(label=label, chosen=chosen)
+
+
+def test_report_curves_of_one_validation_show_points_and_heads_title_clears_the_panels(tmp_path, monkeypatch):
+    """A short sweep validates once: a line through one point draws nothing, so few validations get markers; the
+    heads figure's two-line title sits above its panels' titles, and its ticks say 'runs'."""
+    from mhalab.report import figures
+
+    drawn = {}
+    monkeypatch.setattr(figures, "_save", lambda fig, path: (drawn.__setitem__(path.name, fig), path)[1])
+    figures.curves([_arm("attention.n_heads=1", [{"step": [100], "val/bpb": [3.8]}])], "val/bpb", tmp_path)
+    assert {line.get_marker() for line in drawn["curves.png"].axes[0].get_lines()} == {"o"}
+    figures.curves([_arm("a=1", [{"step": list(range(50)), "val/bpb": [1.0] * 50}])], "val/bpb", tmp_path)
+    assert {line.get_marker() for line in drawn["curves.png"].axes[0].get_lines()} == {"None"}  # plain lines
+    monkeypatch.setattr(figures, "head_stats", lambda cell: {"entropy_norm": (0.9, 0.5, 1.3)})
+    figures.heads([_arm("attention.n_heads=1", [{}, {}]), _arm("attention.n_heads=4", [{}, {}])], tmp_path)
+    fig = drawn["heads.png"]
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["n_heads=1 (2 runs)", "n_heads=4 (2 runs)"]
+    fig.canvas.draw()
+    # the figure's two-line title ends above the panel's own title
+    assert fig._suptitle.get_window_extent().y0 > ax.title.get_window_extent().y1
