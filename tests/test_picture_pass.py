@@ -119,3 +119,20 @@ def test_report_curves_of_one_validation_show_points_and_heads_title_clears_the_
     fig.canvas.draw()
     # the figure's two-line title ends above the panel's own title
     assert fig._suptitle.get_window_extent().y0 > ax.title.get_window_extent().y1
+
+
+def test_conversion_colours_the_mha_control_grey_as_its_title_says(tmp_path):
+    """'grey: controls' in the title: the MHA control (source + extra steps) was drawn blue like the source."""
+    from matplotlib.colors import to_hex
+
+    from mhalab.analysis.convert import plot_conversion
+
+    table = [{"arm": arm, "init": init, "stage": stage, "n": 2, "bpb": 3.8, "ci95_low": 3.7, "ci95_high": 3.9}
+             for arm, init, stage in [("source (MHA)", "-", "trained"), ("source (MHA) + extra steps", "-",
+                                      "same total steps"), ("converted GQA-2", "mean", "before uptraining"),
+                                      ("converted GQA-2", "mean", "after uptraining")]]
+    ax = plot_conversion(table, "bpb", tmp_path / "c.png", 2, "t").axes[0]
+    dots = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    assert [to_hex(line.get_color()) for line in dots] == [to_hex(c) for c in ("C0", "C7", "C3", "C2")]
+    assert "blue: source, red: converted, green: uptrained, grey: controls" in ax.get_title()
+    assert {t.get_fontsize() for t in ax.get_xticklabels()} == {8}
