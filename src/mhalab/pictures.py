@@ -5,7 +5,9 @@ Figures are built as `matplotlib.figure.Figure` objects and saved with the Agg c
 display and no global backend switch (safe to import from a notebook).
 """
 
+import textwrap
 from pathlib import Path
+
 
 def new_figure(**kwargs):
     """A matplotlib Figure with an Agg canvas attached (no display needed, pyplot's global state untouched).
@@ -27,7 +29,13 @@ _UNIT_STATS = {"entropy_norm", "confidence", "first_token", "self", "prev", "nex
                "duplicate_token_score", "induction_score", "importance"}
 _UNITS = {"entropy": "nats", "distance": "tokens", "argmax_distance": "tokens"}
 _TITLES = {"importance": "importance E|dL/d gate|, normalised per layer",
-           "distance": "expected distance |i - j|", "argmax_distance": "distance to the largest weight"}
+           "distance": "distance: expected |i - j|", "argmax_distance": "argmax_distance: to the largest weight",
+           "entropy_norm": "entropy_norm: entropy / ln(keys), 1 = uniform",
+           "confidence": "confidence: a query's largest weight", "first_token": "first_token: weight on position 0",
+           "self": "self: weight on the query's own position", "prev": "prev: weight on the previous position",
+           "next": "next: weight on the next position", "prev_token_score": "prev_token_score (random tokens)",
+           "duplicate_token_score": "duplicate_token_score (random tokens)",
+           "induction_score": "induction_score (random repeated tokens)"}
 MAX_COLUMNS = 4  # panels per row of an attention-map grid
 
 
@@ -60,6 +68,7 @@ def attention_figure(weights_per_layer, tokens, max_tokens: int = 32, pad_token:
     Colour: each query row divided by its largest weight (1 = where that query looks most), on one 0-1 scale for
     all panels: a raw 0-1 scale is saturated by the first rows of a causal model, which have few keys to share.
     """
+    import numpy as np
     import torch
 
     if not weights_per_layer:
@@ -72,6 +81,8 @@ def attention_figure(weights_per_layer, tokens, max_tokens: int = 32, pad_token:
             for label, heads in head_rows(n_heads, n_kv_heads)]
     n_cols = max(len(heads) for _, _, heads in rows)
     n = len(keep)
+    # a causal model: no weight above the diagonal in any head of any layer
+    causal = all(bool((w.detach()[:, idx][:, :, idx].triu(1) == 0).all()) for w in weights_per_layer)
     panel = max(1.6, 0.13 * n)  # inches per panel: 0.13 in per token, room for a 7-point label each
     # a fixed layout in inches (constrained layout took half the drawing time): tokens label the left column's
     # queries and the keys under each column's lowest panel; a title's height between rows
@@ -93,7 +104,11 @@ def attention_figure(weights_per_layer, tokens, max_tokens: int = 32, pad_token:
                 continue
             h = heads[c]
             # imshow, not sns.heatmap: seaborn redraws the whole figure per panel to check tick labels (6 s for 8)
-            image = ax.imshow(w[h].numpy(), vmin=0.0, vmax=1.0, cmap="viridis", interpolation="nearest")
+            # keys a query cannot see (causal) masked: blank, not the colour of a zero weight
+            shown = np.ma.masked_array(w[h].numpy(), mask=np.triu(np.ones((n, n), bool), 1) if causal else False)
+            image = ax.imshow(shown, vmin=0.0, vmax=1.0, cmap="viridis", interpolation="nearest")
+            # the diagonal (self) crosses its cells; the previous token's band lies just left of it, untouched
+            ax.plot([-0.5, n - 0.5], [-0.5, n - 0.5], color="white", lw=0.6, alpha=0.7)
             lowest = r == len(rows) - 1 or c >= len(rows[r + 1][2])
             ax.set_xticks(range(n), labels if lowest else [], rotation=90, fontsize=7)
             ax.set_yticks(range(n), labels if c == 0 else [], fontsize=7)
@@ -109,8 +124,8 @@ def attention_figure(weights_per_layer, tokens, max_tokens: int = 32, pad_token:
     colorbar.set_label("weight / the row's largest weight", fontsize=9)
     colorbar.ax.tick_params(labelsize=8)
     fig.suptitle(f"attention weights, first {n} tokens (rows: queries, columns: keys)\ncolour: each query's "
-                 "weights divided by its largest (1 = where that query looks most)", fontsize=11,
-                 y=1 - 0.1 / height, va="top")
+                 "weights divided by its largest (1 = where that query looks most); white line: the diagonal (self)"
+                 + ("; blank: keys a query cannot see" if causal else ""), fontsize=11, y=1 - 0.1 / height, va="top")
     return fig
 
 
@@ -171,7 +186,8 @@ def stat_figure(matrix, stat: str):
     ax.set_yticks(range(n_layers), [f"L{i}" for i in range(n_layers)], fontsize=8)
     ax.set_xlabel("head", fontsize=8)
     ax.set_ylabel("layer", fontsize=8)
-    ax.set_title(_TITLES.get(stat, stat) + (f" ({_UNITS[stat]})" if stat in _UNITS else ""), fontsize=11)
+    title = _TITLES.get(stat, stat) + (f" ({_UNITS[stat]})" if stat in _UNITS else "")  # what the cells are
+    ax.set_title(textwrap.fill(title, int(fig.get_figwidth() * 12)), fontsize=10)  # ~12 characters an inch
     return fig
 
 

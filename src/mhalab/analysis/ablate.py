@@ -313,25 +313,30 @@ def plot_heatmaps(rows: list[dict], n_layers: int, n_heads: int, key: str, path:
         ax.set_xticks(range(n_heads))
         ax.set_yticks(range(n_layers))
         ax.set_title(title, fontsize=10)
-        fig.colorbar(im, ax=ax, fraction=0.046, extend="neither" if col == "importance" or top <= lim * 1.0001
-                     else "both")
+        bar = fig.colorbar(im, ax=ax, fraction=0.046, extend="neither" if col == "importance" or top <= lim * 1.0001
+                           else "both")
+        helps = "> 0" if lower_is_better(key) else "< 0"  # the sign of a head whose removal hurts
+        bar.set_label("normalised per layer, 0-1" if col == "importance"
+                      else f"{key} ablated - intact ({helps}: the head helps)", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return fig
 
 
-def plot_pruning(agg: list[dict], key: str, path: Path, title: str, n_seeds: int, n_random: int) -> None:
+def plot_pruning(agg: list[dict], key: str, path: Path, title: str, n_seeds: int, n_random: int):
     fig = new_figure(figsize=(6.5, 4.2))
+    orders = f"{n_seeds * n_random}" + (f" ({n_seeds} checkpoints x {n_random})" if n_seeds > 1 else "")
+    mean = f" (mean of {n_seeds} checkpoints)" if n_seeds > 1 else ""  # one checkpoint: its own curve
     ax = fig.add_subplot()
     xs = [100 * r["fraction"] for r in agg]
     ax.fill_between(xs, [r["random_p10"] for r in agg], [r["random_p90"] for r in agg], color="C7", alpha=0.3,
-                    label=f"random orders (10th-90th percentile, {n_seeds} x {n_random})")
+                    label=f"random orders: 10th-90th percentile of {orders}")
     ax.plot(xs, [r[f"random_{key}"] for r in agg], color="C7", linestyle="--", label="random orders (mean)")
     ax.plot(xs, [r[f"importance_{key}"] for r in agg], marker="o", color="C0",
-            label=f"importance order (mean of {n_seeds})")
+            label=f"importance order{mean}")
     if agg[0].get(f"ablation_{key}") is not None:
         ax.plot(xs, [r[f"ablation_{key}"] for r in agg], marker="s", color="C3",
-                label=f"single-head ablation order (mean of {n_seeds})")
+                label=f"single-head ablation order{mean}")
     if n_seeds > 1:
         ax.fill_between(xs, [r["importance_ci95_low"] for r in agg], [r["importance_ci95_high"] for r in agg],
                         color="C0", alpha=0.25, label="importance order, 95% CI over seeds")
@@ -341,6 +346,7 @@ def plot_pruning(agg: list[dict], key: str, path: Path, title: str, n_seeds: int
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     ax.set_title(title, fontsize=9)
     fig.savefig(path, dpi=110, bbox_inches="tight")
+    return fig
 
 
 def ablate(checkpoints: list[Path], out: Path | None = None, importance_split: str = "validation",

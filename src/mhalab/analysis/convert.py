@@ -245,15 +245,15 @@ def plot_conversion(table: list[dict], key: str, path: Path, g: int, task: str):
     ax = fig.add_subplot()
     labels = [f"{r['arm']}\n{r['init']} {r['stage']}" if r["init"] != "-" else f"{r['arm']}\n{r['stage']}"
               for r in table]
-    colors = ["C0" if "source" in r["arm"] else "C3" if "before" in r["stage"] else "C2" if "after" in r["stage"]
-              else "C7" for r in table]
+    colors = ["C7" if "extra steps" in r["arm"] else "C0" if "source" in r["arm"] else "C3" if "before" in r["stage"]
+              else "C2" if "after" in r["stage"] else "C7" for r in table]  # the MHA control is a control: grey
     for i, (r, color) in enumerate(zip(table, colors)):
         y, lo, hi = r[key], r["ci95_low"], r["ci95_high"]
         shown = r["n"] >= 2 and lo is not None and hi is not None
         ax.errorbar([i], [y], yerr=[[y - lo], [hi - y]] if shown else None, fmt="o", capsize=4, color=color, ms=7)
         ax.annotate(f"{y:.4g}", (i, y), textcoords="offset points", xytext=(6, 0), fontsize=7, va="center")
     ax.set_xticks(range(len(table)))
-    ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=6)
+    ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=8)
     ax.set_xlim(-0.5, len(table) - 0.3)
     ax.grid(alpha=0.3, axis="y")
     ax.set_ylabel(key + (" (lower is better)" if lower_is_better(key) else " (higher is better)"))

@@ -51,6 +51,7 @@ def attention_page_from_checkpoint(run_dir, out_dir, matrices: dict, checkpoint=
 
     maps, tokens, module = probe_example(run_dir, checkpoint)
     arch = module.arch
+    matrices = {k: matrices[k] for k in drawn_stats(matrices, arch.causal)}  # none zero by construction
     return write_attention_page(Path(out_dir) / "attention.html", maps, tokens, matrices, f"attention of every head: "
                                 f"{Path(run_dir).name}", arch.attention.n_kv_heads)
 

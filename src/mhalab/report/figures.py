@@ -112,12 +112,14 @@ def curves(arms: list[Arm], metric: str, out: Path) -> Path | None:
     drawn = False
     for a in arms:
         runs = [r for r in a.chosen.runs if metric in (r.summary.history or {})]
+        steps = sorted({s for r in runs for s in r.summary.history["step"]})
+        marker = "o" if len(steps) <= 20 else None  # a few validations (one: a lone point) stay visible
         for r in runs:
-            ax.plot(r.summary.history["step"], r.summary.history[metric], color=colors[a.label], alpha=0.25, lw=0.8)
+            ax.plot(r.summary.history["step"], r.summary.history[metric], color=colors[a.label], alpha=0.25, lw=0.8,
+                    marker=marker, ms=3)
         if runs:
-            steps = sorted({s for r in runs for s in r.summary.history["step"]})
             grid = np.array([[_carry(r.summary.history, metric, s) for s in steps] for r in runs])
-            ax.plot(steps, np.median(grid, axis=0), color=colors[a.label], lw=2.2,
+            ax.plot(steps, np.median(grid, axis=0), color=colors[a.label], lw=2.2, marker=marker,
                     label=f"{arm_name(a)}: median of {len(runs)} run{'s' * (len(runs) != 1)}")
             drawn = True
     if not drawn:
@@ -206,15 +208,15 @@ def heads(arms: list[Arm], out: Path) -> Path | None:
     colors = _colors(arms)
     fig = _fig(3.4 * len(names) + 1, 3.8)
     axes = fig.subplots(1, len(names), squeeze=False)[0]
-    fig.subplots_adjust(wspace=0.45, bottom=0.3)
+    fig.subplots_adjust(wspace=0.45, bottom=0.3, top=0.76)  # the two-line title above the panels' own
     for ax, name in zip(axes, names):
         for i, a in enumerate(arms):
             if name in stats[a.label]:
                 m, lo, hi = stats[a.label][name]
                 ax.errorbar([i], [m], yerr=[[m - (lo if lo is not None else m)], [(hi if hi is not None else m) - m]],
                             fmt="o", capsize=4, color=colors[a.label])
-        ax.set_xticks(range(len(arms)), [f"{short(a.label)} ({len(a.chosen.runs)})" for a in arms], rotation=30,
-                      ha="right", fontsize=7)
+        ax.set_xticks(range(len(arms)), [f"{short(a.label)} ({len(a.chosen.runs)} runs)" for a in arms],
+                      rotation=30, ha="right", fontsize=7)
         ax.set_xlim(-0.5, len(arms) - 0.5)
         ax.yaxis.set_major_locator(MaxNLocator(5))
         ax.set_title(name + (" (tokens)" if "distance" in name else ""), fontsize=10)

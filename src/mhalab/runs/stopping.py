@@ -167,13 +167,24 @@ LAUNCHER_LOGGERS = ("hydra._internal.core_plugins.basic_launcher", "hydra_plugin
 
 
 class UnstartedJobs(logging.Filter):
-    """Drops a launcher's line announcing a job once the command's sweep is stopped: that job will not start."""
+    """Drops a launcher's line announcing a job that has not started: the basic launcher's once the command's sweep
+    is stopped (it announces each job just before running it), the joblib launcher's always (it announces every job
+    up front; `announce_job` says it as the job begins instead)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         sweep_dir = SIGNALS.sweep_dir
         if sweep_dir is None or not record.getMessage().lstrip().startswith("#"):
             return True
-        return stopped(sweep_dir) is None
+        return record.name != LAUNCHER_LOGGERS[1] and stopped(sweep_dir) is None
+
+
+def announce_job(hc) -> None:
+    """The joblib launcher's line for this job ("\t#1 : seed=1"), said as the job begins (in its worker), in place
+    of the one the launcher said up front (`UnstartedJobs`)."""
+    if str(hc.launcher.get("_target_", "")).rsplit(".", 1)[-1] == "JoblibLauncher":
+        from hydra.core.utils import filter_overrides
+
+        log.info("\t#%s : %s", hc.job.num, " ".join(filter_overrides(list(hc.overrides.task))))
 
 
 def _exit(signum: int) -> None:

@@ -215,7 +215,8 @@ class HeadStatsCallback(L.Callback):
         maps, tokens = self.probe_maps()
         paths.append(pictures.plot_attention_maps(maps, tokens, self.plot_dir / "attention_maps.png",
                                                   self.cfg.max_plot_tokens, n_kv_heads=arch.attention.n_kv_heads))
-        paths.append(write_attention_page(self.plot_dir / "attention.html", maps, tokens, matrices, "attention of "
+        shown = {k: matrices[k] for k in pictures.drawn_stats(matrices, arch.causal)}  # none zero by construction
+        paths.append(write_attention_page(self.plot_dir / "attention.html", maps, tokens, shown, "attention of "
                                           f"every head: {self.plot_dir.parent.name}", arch.attention.n_kv_heads))
         self.plot_paths = paths
         log_images(pl_module.loggers, {p.stem: (imread(p)[..., :3] * 255).astype("uint8") for p in paths
@@ -274,9 +275,9 @@ class ProgressLog(L.Callback):
         self._eta = StepEta()
         self._phases: list = []
 
-    def _enter(self, trainer, what: str, total=None, line=None, quiet: bool = False) -> None:
+    def _enter(self, trainer, what: str, total=None, line=None, quiet: bool = False, key=None) -> None:
         if trainer.is_global_zero:
-            phase = HEARTBEAT.phase(what, total, line, quiet)
+            phase = HEARTBEAT.phase(what, total, line, quiet, key)
             phase.__enter__()
             self._phases.append(phase)
 
@@ -288,7 +289,8 @@ class ProgressLog(L.Callback):
         self._t0, self._tokens0, self._step0 = time.perf_counter(), pl_module.tokens_seen, trainer.global_step
         self._eta, self._seen_step = StepEta(), trainer.global_step
         self._eta.step(self._t0, 0)
-        self._enter(trainer, "training", line=lambda: self._line(trainer, pl_module), quiet=True)
+        self._enter(trainer, "training", line=lambda: self._line(trainer, pl_module), quiet=True,
+                    key=lambda: trainer.global_step)
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._exit()
@@ -301,8 +303,7 @@ class ProgressLog(L.Callback):
         first = step == self._step0 + 1  # the first step's line says at once that training runs
         if not trainer.is_global_zero or (step % self.every_n_steps and not first) or step == self._step0:
             return
-        log.info(self._line(trainer, pl_module))
-        HEARTBEAT.printed()
+        HEARTBEAT.once(step, lambda: self._line(trainer, pl_module))  # unless the heartbeat said this step already
 
     def _line(self, trainer, pl_module) -> str:
         step = trainer.global_step

@@ -93,24 +93,31 @@ class StepEta:
 class Heartbeat:
     """A line at least every `interval` seconds while a phase runs (training, validation, test, each end-of-run
     extra), from a background thread: what runs, how far it is, and its own ETA. A phase begins with a line;
-    `printed()` says another line was just shown (the ProgressLog's), which resets the clock."""
+    `printed()` says another line was just shown (the ProgressLog's), which resets the clock. A phase with a `key`
+    (training: the step) says its line once per key, whether the heartbeat or the regular progress line comes first
+    (`once`); a heartbeat at a key already said says how long that step has run instead."""
 
     def __init__(self, interval: float = 30.0):
         self.interval = interval
         self.phases: list[dict] = []  # a stack: validation inside training
         self._last = time.monotonic()
         self._lock = threading.Lock()
+        self._say_lock = threading.Lock()  # the check and the line of `once`, across the two threads
+        self._said, self._said_at = None, time.monotonic()  # the last key said, and when
         self._thread: threading.Thread | None = None
 
     def printed(self) -> None:
         self._last = time.monotonic()
 
     @contextlib.contextmanager
-    def phase(self, what: str, total: int | None = None, line=None, quiet: bool = False):
-        """Run the body as the phase `what` (`total` batches; `line()`: its own progress text)."""
-        p = {"what": what, "total": total, "done": 0, "t0": time.perf_counter(), "line": line}
+    def phase(self, what: str, total: int | None = None, line=None, quiet: bool = False, key=None):
+        """Run the body as the phase `what` (`total` batches; `line()`: its own progress text; `key()`: what its line
+        is about, said once: the training step)."""
+        p = {"what": what, "total": total, "done": 0, "t0": time.perf_counter(), "line": line, "key": key}
         with self._lock:
             self.phases.append(p)
+            if key is not None:
+                self._said = None  # a new training (the next job of a sweep in this process) says its steps anew
         if not quiet:
             self.say(f"{what}: started" + (f" ({total} batches)" if total else ""))
         self._start()
@@ -136,6 +143,16 @@ class Heartbeat:
         log.info(text)
         self.printed()
 
+    def once(self, key, line) -> bool:
+        """Say `line()` unless the line for `key` was said already (one line per training step at most, from the
+        heartbeat or the regular progress line, whichever comes first); whether it was said now."""
+        with self._say_lock:
+            if key == self._said:
+                return False
+            self._said, self._said_at = key, time.monotonic()
+            self.say(line())
+            return True
+
     def describe(self, p: dict) -> str:
         if p["line"] is not None:
             return p["line"]()
@@ -157,7 +174,11 @@ class Heartbeat:
                 p = self.phases[-1] if self.phases else None
             if p is not None and time.monotonic() - self._last >= self.interval:
                 try:
-                    self.say(self.describe(p))
+                    if p["key"] is None:
+                        self.say(self.describe(p))
+                    elif not self.once(key := p["key"](), lambda: self.describe(p)):  # a step that takes long
+                        self.say(f"{p['what']}: the step after step {key} has run "
+                                 f"{time.monotonic() - self._said_at:.0f} s")
                 except Exception:  # noqa: BLE001 - a progress line never stops a run
                     self.printed()
 

@@ -106,6 +106,8 @@ def _run(cfg: DictConfig) -> float | None:
     if not stopping.SIGNALS.job_begins(sweep_dir):
         _leave_unstarted(run_dir)  # the sweep was stopped before this job began: resuming it runs the job
         return None
+    if sweep_dir is not None and launcher_rank() == 0:
+        stopping.announce_job(hc)  # a parallel sweep's launch line, when its job actually starts
     lock = RunLock(run_dir)
     if launcher_rank() == 0:  # DDP's other processes work in rank 0's run directory, under its lock
         try:
