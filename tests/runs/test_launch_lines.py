@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import TINY
 from test_stopping import RUN, _env, wait_for
 
@@ -16,6 +18,7 @@ MHALAB = [sys.executable, "-m", "mhalab"]
 LAUNCH = re.compile(r"#(\d+) : (.*)$")
 
 
+@pytest.mark.proc  # a real parallel sweep, stopped by a signal
 def test_a_stopped_parallel_sweep_prints_a_launch_line_per_started_job_only(tmp_path, data_cache):
     args = ["-m", "hydra/launcher=parallel", *TINY, *RUN, f"paths.root_dir={tmp_path}", f"data.cache_dir={data_cache}",
             "trainer.max_epochs=100", "trainer.limit_train_batches=4", "seed=0,1,2"]
