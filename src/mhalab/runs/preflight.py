@@ -259,22 +259,13 @@ class Plan:
     resume_dir: Path | None = None
     show_only: bool = False  # Hydra prints something (--cfg, --info, --hydra-help) and runs no job
     sweep_dir: Path | None = None  # a sweep that stops as a whole (`mhalab.runs.stopping.stops_as_a_whole`)
-    composer: Any = None  # a single run's open `mhalab.config.compose.Composer` (`keep_composer`): `launch_run` runs it
-    mode: Any = None  # the single run's `hydra.mode` as composed (None unless a config sets it)
-
-    def close(self) -> None:
-        if self.composer is not None:
-            self.composer.close()
-            self.composer = None
 
 
-def preflight(argv: list[str], task_function=None, keep_composer: bool = False) -> Plan:
+def preflight(argv: list[str], task_function=None) -> Plan:
     """Check everything a command would run before Hydra starts, on the configs Hydra will compose.
 
     `--allow PKG` is taken out of argv and granted (`mhalab.config.targets.grant`); `task_function`: the function
-    `hydra.main` will run (a relative -cp is found beside its module), `mhalab.training.train.run` when None.
-    `keep_composer`: a single run's plan keeps its composer open, so the run composes on what the preflight
-    composed (`Plan.composer`, closed by `Plan.close`)."""
+    `hydra.main` will run (a relative -cp is found beside its module), `mhalab.training.train.run` when None."""
     from mhalab.config.compose import Composer, parse_args, shows_only
     from mhalab.config.targets import grant, split_allow
 
@@ -285,13 +276,12 @@ def preflight(argv: list[str], task_function=None, keep_composer: bool = False) 
     register_resolvers()
     overrides = list(args.overrides)
     composer = Composer(args, task_function)
-    plan = None
     try:
         if shows_only(args):  # nothing runs, but what is composed must be safe to compose and print
             cfg = composer.run_config(overrides)
             from mhalab.config.targets import check_config, check_no_grant_in_config
 
-            check_no_grant_in_config(cfg, composer.files_setting("allowed_targets"))
+            check_no_grant_in_config(cfg, composer.files_setting(cfg, "allowed_targets"))
             check_config(cfg)
             return Plan(argv, False, [], show_only=True)
         cfg = None if args.multirun else _single_run_config(composer, overrides)
@@ -304,19 +294,16 @@ def preflight(argv: list[str], task_function=None, keep_composer: bool = False) 
             check_not_a_run(Path(run_dir), "hydra.run.dir")
         log_dir = Path(tc.paths.log_dir)
         check_writable(log_dir, "paths.log_dir")
-        plan = Plan(list(argv), False, [(overrides, tc)], mode=OmegaConf.select(cfg, "hydra.mode"))
+        plan = Plan(list(argv), False, [(overrides, tc)])
         if tc.resume:
             if any(o.startswith("hydra.run.dir=") for o in overrides):
                 raise ConfigError("resume with hydra.run.dir: give the run directory as resume=<run_dir> instead")
             plan.resume_dir = resume_target(tc, log_dir / tc.task_name / "runs")
             if plan.resume_dir is not None:
                 plan.argv = plan.argv + [f"hydra.run.dir={plan.resume_dir}"]
-        if keep_composer:
-            plan.composer = composer
         return plan
     finally:
-        if plan is None or plan.composer is None:
-            composer.close()
+        composer.close()
 
 
 def _single_run_config(composer, overrides: list[str]) -> DictConfig | None:
@@ -354,15 +341,12 @@ def check_sweep_direction(master: DictConfig, metric: str) -> None:
 
 def _files(composer, cfg) -> tuple[str, ...]:
     """The config files that set allowed_targets, only looked for when it is set."""
-    return tuple(composer.files_setting("allowed_targets")) if cfg.get("allowed_targets") else ()
+    return tuple(composer.files_setting(cfg, "allowed_targets")) if cfg.get("allowed_targets") else ()
 
 
 def _preflight_multirun(composer, argv, overrides) -> Plan:
     """The sweep as Hydra will run it: the master config, then each job of the basic sweeper composed as its
-    launcher will compose it (`load_sweep_config`)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
+    launcher will compose it."""
     from mhalab.runs.slurm import check_launcher
 
     master = composer.sweep_config(overrides)
@@ -381,11 +365,7 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
 
     check_no_grant_in_config(master, list(_files(composer, master)))
     check_config(master)  # the launcher and Hydra's callbacks, before any job
-    params = [f"{k}={v}" for k, v in (OmegaConf.select(master, "hydra.sweeper.params", default=None) or {}).items()]
-    task = OmegaConf.to_container(master.hydra.overrides.task)  # as typed, as the sweeper reads them
-    parser = OverridesParser.create()
-    jobs = [list(job) for batch in BasicSweeper.split_arguments(parser.parse_overrides(params + task), None)
-            for job in batch]
+    jobs = composer.sweep_jobs(master, overrides)
     checked = []
     t0, said = time.perf_counter(), None
     for i, job in enumerate(jobs):
@@ -395,7 +375,7 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
             print(f"mhalab: checking the sweep's jobs before anything is written: {i}/{len(jobs)} "
                   f"({now - t0:.0f} s)", file=sys.stderr, flush=True)
         try:
-            cfg = composer.job_config(master, job, i)
+            cfg = composer.job_config(overrides, job, i)
             job_dir = os.path.join(sweep_dir, str(OmegaConf.select(cfg, "hydra.sweep.subdir")))
             if Path(sweep_dir).resolve() not in Path(job_dir).resolve().parents:
                 raise ConfigError(f"hydra.sweep.subdir={OmegaConf.select(cfg, 'hydra.sweep.subdir')!r}: a job's "

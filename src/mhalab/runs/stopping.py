@@ -88,7 +88,7 @@ class StopSignals:
             os.environ[COMMAND_PID] = str(os.getpid())  # its workers (spawned from now on) watch this process
             (Path(sweep_dir) / STOPPED).unlink(missing_ok=True)
             self.sweep_dir = Path(sweep_dir)
-            for name in LAUNCHER_LOGGERS:
+            for name in launcher_loggers():
                 if not any(isinstance(f, UnstartedJobs) for f in logging.getLogger(name).filters):
                     logging.getLogger(name).addFilter(UnstartedJobs())
             if self.received is not None:
@@ -163,7 +163,14 @@ class StopSignals:
 
 SIGNALS = StopSignals()
 # the loggers of Hydra's local launchers, which announce each job ("\t#1 : seed=1") before it starts
-LAUNCHER_LOGGERS = ("hydra._internal.core_plugins.basic_launcher", "hydra_plugins.hydra_joblib_launcher._core")
+JOBLIB_LOGGER = "hydra_plugins.hydra_joblib_launcher._core"
+
+
+def launcher_loggers() -> tuple[str, str]:
+    """The loggers of Hydra's basic launcher (its module: `mhalab.config.compose.hydra_basic`) and joblib's."""
+    from mhalab.config.compose import hydra_basic
+
+    return hydra_basic("launcher").rpartition(".")[0], JOBLIB_LOGGER
 
 
 class UnstartedJobs(logging.Filter):

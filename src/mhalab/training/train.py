@@ -29,7 +29,6 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from mhalab.checks import available_cpus
-from mhalab.config.compose import parse_args
 from mhalab.config.schema import register
 from mhalab.errors import ConfigError
 from mhalab.runs import slurm, stopping
@@ -52,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
         print(usage(argv))
         return
     try:
-        plan = preflight(argv, run, keep_composer=True)
+        plan = preflight(argv, run)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -68,15 +67,11 @@ def main(argv: list[str] | None = None) -> None:
         stopping.SIGNALS.start_command(plan.sweep_dir)
     sys.argv = [sys.argv[0]] + plan.argv
     try:
-        if plan.composer is not None:  # one run: composed on what the preflight composed
-            plan.composer.launch_run(run, parse_args(plan.argv).overrides, plan.mode)
-        else:
-            hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")(run)()
+        hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")(run)()
     except KeyboardInterrupt:  # a worker that had not begun its job yet (joblib hands its KeyboardInterrupt on)
         if plan.sweep_dir is None or stopping.stopped(plan.sweep_dir) is None:
             raise
     finally:
-        plan.close()
         if handled:
             stopping.SIGNALS.uninstall()
     signum = stopping.stopped(plan.sweep_dir) if plan.sweep_dir is not None else None
