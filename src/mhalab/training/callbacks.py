@@ -360,7 +360,11 @@ def validation_due(trainer) -> bool:
     """Whether Lightning validates right after the current training batch (Lightning's own predicate).
 
     A checkpoint must not be taken at such a batch's end: restoring one, Lightning assumes the validation that
-    followed it already ran and skips it. The validation end writes the checkpoint instead."""
+    followed it already ran and skips it. The validation end writes the checkpoint instead.
+
+    Lightning has no public way to ask this; checked on lightning 2.6.6. Its predicate weighs private state (the
+    last batch of an iterable, a requested early stop, a time-based val_check_interval), so it is asked rather than
+    recomputed from the public settings, which would differ from it in those cases."""
     loop = trainer.fit_loop
     return bool(loop.epoch_loop._should_check_val_fx(loop._data_fetcher))
 
