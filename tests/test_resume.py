@@ -22,12 +22,12 @@ from mhalab.runs.preflight import RunLock, preflight
 RUN = ["data=bbc_news_mlm", "trainer.max_epochs=3", "trainer.limit_train_batches=4", "trainer.log_every_n_steps=1",
        "trainer.val_check_interval=2", "checkpoint.every_n_steps=2"]
 KILL_POINTS = {
-    "during data preparation": "fault.kill_at=prepare",
-    "after a mid-epoch checkpoint": "fault.kill_at_step=7",
-    "during a checkpoint write": "fault.kill_at=checkpoint_write@3",
-    "during validation": "fault.kill_at=validation@3",
-    "during test": "fault.kill_at=test",
-    "after the summary": "fault.kill_at=after_summary",
+    "during data preparation": "kill_at=prepare",
+    "after a mid-epoch checkpoint": "kill_at_step=7",
+    "during a checkpoint write": "kill_at=checkpoint_write@3",
+    "during validation": "kill_at=validation@3",
+    "during test": "kill_at=test",
+    "after the summary": "kill_at=after_summary",
 }
 
 
@@ -56,7 +56,7 @@ def reference(tmp_path_factory, data_cache):
 
 def kill_and_resume(run_train, tmp_path, fault: str, workers: int) -> tuple[subprocess.CompletedProcess, dict]:
     own_cache = [f"data.cache_dir={tmp_path / 'cache'}"] if "prepare" in fault else []
-    killed = run_train(*RUN, f"data.num_workers={workers}", fault, *own_cache)
+    killed = run_train(*RUN, f"data.num_workers={workers}", *own_cache, env={"MHALAB_FAULTS": fault})
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     resumed = run_train(*RUN, f"data.num_workers={workers}", "resume=true", *own_cache)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -158,7 +158,7 @@ def test_resume_on_a_finished_run_says_so_and_changes_nothing(train, tmp_path):
 
 
 def test_resume_refuses_other_overrides_and_picks_the_unfinished_run_not_a_finished_twin(run_train, train, tmp_path):
-    killed = run_train(*RUN, "fault.kill_at_step=3")
+    killed = run_train(*RUN, env={"MHALAB_FAULTS": "kill_at_step=3"})
     assert killed.returncode == -signal.SIGKILL
     (unfinished,) = (tmp_path / "logs" / "train" / "runs").iterdir()
     overrides = (unfinished / ".hydra" / "overrides.yaml").read_text()
@@ -209,7 +209,7 @@ def test_interrupted_writes_leave_no_temporary_files_behind(tmp_path):
 
 def test_multirun_resume_finishes_only_the_unfinished_jobs(run_train, train, tmp_path):
     sweep = ["attention.n_heads=1,2", "stats=off"]
-    killed = run_train(*sweep, "fault.kill_at_step=2", multirun=True)  # the first job dies, taking the sweep
+    killed = run_train(*sweep, multirun=True, env={"MHALAB_FAULTS": "kill_at_step=2"})  # the first job dies, taking the sweep
     assert killed.returncode == -signal.SIGKILL
     (sweep_dir,) = (tmp_path / "logs" / "train" / "multiruns").iterdir()
     r = train(*sweep, "resume=true", multirun=True)

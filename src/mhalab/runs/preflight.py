@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mhalab.checks import available_cpus, check_path
 from mhalab.errors import ConfigError
+from mhalab.runs import faults
 from mhalab.runs.stopping import stops_as_a_whole
 from mhalab.runs.summary import SUMMARY
 
@@ -184,6 +185,7 @@ def check_job(cfg: DictConfig, run_dir: str | Path | None = None, files: tuple[s
     check_network(plain, cli)
     check_inputs(tc)
     check_machine(tc)
+    faults.settings()  # MHALAB_FAULTS, when set, is well formed
     tc.redaction = Redaction.of(cfg)
     tc.defining = defining(tc.redaction(plain))
     return tc
@@ -407,7 +409,7 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
 DEFINING = Path(".hydra") / "defining.json"  # what a run computes: its resolved config (written as it starts)
 # keys that say where a run lives or how it is executed, never what it computes (results do not depend on
 # data.num_workers: tests/test_resume.py)
-NOT_DEFINING = ("hydra", "resume", "paths", "fault", "logger", "allowed_targets", "optimized_metric",
+NOT_DEFINING = ("hydra", "resume", "paths", "logger", "allowed_targets", "optimized_metric",
                 "data.num_workers", "data.cache_dir", "data.hf_cache_dir")
 # keys added to the schema after runs were recorded, with the value those runs had: a run started before a key
 # existed computed what its default computes, and resumes under it

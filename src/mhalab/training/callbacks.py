@@ -478,16 +478,15 @@ class GracefulStop(Checkpoint):
 
 
 class FaultInjection(L.Callback):
-    """Deliberate failures for testing recovery (the `fault` node; all off by default).
+    """Deliberate failures for testing recovery, added only when MHALAB_FAULTS is set (`mhalab.runs.faults`).
 
     kill_at_step: SIGKILL this process before optimizer step N (a crash mid-epoch, nothing flushed).
     nan_at_step: fill one weight with NaN before step N, so the loss turns NaN through the real code path.
-    kill_at: SIGKILL at a named point (see `mhalab.runs.faults.POINTS`), armed for the whole process.
+    kill_at: SIGKILL at a named point (`mhalab.runs.faults.point`), read from MHALAB_FAULTS by the faults module.
     """
 
     def __init__(self, kill_at_step: int | None = None, nan_at_step: int | None = None, kill_at: str | None = None):
         self.kill_at_step, self.nan_at_step = kill_at_step, nan_at_step
-        faults.arm(kill_at)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         step = trainer.global_step

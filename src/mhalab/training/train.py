@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from mhalab.checks import available_cpus
 from mhalab.config.schema import register
 from mhalab.errors import ConfigError
-from mhalab.runs import slurm, stopping
+from mhalab.runs import faults, slurm, stopping
 from mhalab.runs.preflight import (LAST, Finished, RunLock, launcher_rank, new_command, preflight, register_resolvers,
                                    remove_stale_temporaries, run_defining, run_status, validate)
 from mhalab.runs.summary import RunSummary, read_summary, write_summary
@@ -182,7 +182,7 @@ class _Job:
     base: RunSummary  # the summary so far: status, config, environment, then architecture, cost ...
     last: Any  # LastCheckpoint
     stop: Any  # GracefulStop
-    fault: Any  # FaultInjection
+    fault: Any  # FaultInjection, only when MHALAB_FAULTS is set (mhalab.runs.faults)
     t_start: float
     trainer: Any = None  # the Lightning Trainer, once built
 
@@ -206,7 +206,8 @@ def train(tc, run_dir: Path, overrides: list[str], sweep_dir: Path | None = None
         remove_stale_temporaries(run_dir)
     last = LastCheckpoint(run_dir, tc.checkpoint.every_n_steps)
     stop = GracefulStop(last, sweep_dir)
-    fault = FaultInjection(**dataclasses.asdict(tc.fault))
+    wanted = faults.settings()
+    fault = FaultInjection(**wanted) if wanted else None
     torch.set_num_threads(tc.torch_threads or job_threads())  # before the environment is recorded
     base = RunSummary(status="ok", task=tc.data.task, objective=tc.data.objective, overrides=overrides,
                       config=tc.redaction(_plain(tc)), environment=_environment())
@@ -295,7 +296,7 @@ def _fit(job: _Job) -> RunSummary:
         log.info("resuming from %s", ckpt_path)
     loggers, callbacks = build_loggers_and_callbacks(tc, run_dir, resuming=ckpt_path == str(run_dir / LAST))
     best = _best_checkpoint(tc, run_dir)
-    callbacks += [best, last, StepSeed(tc.seed), stop, fault]
+    callbacks += [best, last, StepSeed(tc.seed), stop] + ([fault] if fault is not None else [])
     trainer = job.trainer = L.Trainer(**_trainer_kwargs(tc), default_root_dir=str(run_dir), callbacks=callbacks,
                                       logger=loggers or False, plugins=[AtomicCheckpointIO()],
                                       profiler=_profiler(tc, run_dir))
@@ -339,8 +340,6 @@ def _fit(job: _Job) -> RunSummary:
                   "stopped_early": tc.endpoint.stop_at_threshold and threshold_step == trainer.global_step})
     if trainer.is_global_zero:
         write_summary(run_dir, summary)
-    from mhalab.runs import faults
-
     faults.point("after_summary")
     return summary
 
