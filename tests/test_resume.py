@@ -96,7 +96,7 @@ def test_a_gpu_option_killed_and_resumed_is_bit_identical(run_train, tmp_path, d
     (reference,) = summaries(root / "logs")
     assert reference["config"]["trainer"]["precision"] == ("bf16-mixed" if how is BF16 else "32-true")
     assert reference["config"]["model"]["compile"] is (how is COMPILE)
-    killed = run_train(*RUN, *how, KILL_POINTS["after a mid-epoch checkpoint"])
+    killed = run_train(*RUN, *how, env={"MHALAB_FAULTS": KILL_POINTS["after a mid-epoch checkpoint"]})
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     resumed = run_train(*RUN, *how, "resume=true")
     assert resumed.returncode == 0 and "resuming from" in resumed.stdout + resumed.stderr, resumed.stderr[-3000:]
