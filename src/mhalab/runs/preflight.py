@@ -26,6 +26,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from mhalab.atomic import write_atomic
 from mhalab.checks import available_cpus, check_path
 from mhalab.errors import ConfigError
 from mhalab.runs import faults
@@ -439,9 +440,7 @@ def write_defining(run_dir: Path, plain: dict) -> None:
     """Record what a starting run computes (its resolved config), for `resume` to match on."""
     path = Path(run_dir) / DEFINING
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(defining(plain), indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(defining(plain), indent=1, sort_keys=True))
 
 
 def run_defining(run_dir: Path) -> dict | None:

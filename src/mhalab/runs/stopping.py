@@ -30,6 +30,7 @@ import threading
 import time
 from pathlib import Path
 
+from mhalab.atomic import write_atomic
 from mhalab.data.cache import pid_alive
 
 log = logging.getLogger("mhalab")
@@ -210,9 +211,7 @@ def mark_stopped(sweep_dir: Path, signum: int) -> None:
     try:
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f"{STOPPED}.{os.getpid()}.tmp")
-            tmp.write_text(str(signum))
-            os.replace(tmp, path)  # a reader never sees an empty mark
+            write_atomic(path, str(signum))  # a reader never sees an empty mark
     except OSError:  # an unwritable sweep directory: its jobs still stop on their own signal
         pass
 
