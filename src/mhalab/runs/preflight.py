@@ -579,8 +579,10 @@ class Finished(Exception):
 # -- locking -------------------------------------------------------------------------------------------------------
 
 class RunLock:
-    """An exclusive lock on a run directory (flock on <run_dir>/.lock), held while a process works in it and
+    """An exclusive lock on a run directory (<run_dir>/.lock, `mhalab.locks`), held while a process works in it and
     released by the kernel when the process dies, however it dies."""
+
+    WHAT = "a run directory's lock file"
 
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / LOCK
@@ -589,57 +591,40 @@ class RunLock:
     def acquire(self) -> None:
         """Take the lock, or ConfigError naming its holder. A requeued SLURM job waits up to REQUEUE_WAIT_S for it:
         SLURM may start the job again while its previous start is still saving and exiting."""
+        from mhalab.locks import lock, write_holder
         from mhalab.runs.slurm import requeued
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = self._open(os.O_RDWR | os.O_CREAT)
-        deadline = time.monotonic() + (REQUEUE_WAIT_S if requeued() else 0)
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() < deadline:
-                    time.sleep(0.5)
-                    continue
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
-                os.close(fd)
-                raise ConfigError(f"{self.path.parent} is in use by another process (pid {holder or '?'}); wait for "
-                                  "it or stop it before running there") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        if not lock(fd, REQUEUE_WAIT_S if requeued() else 0):
+            self._refuse(fd)
+        write_holder(fd)
         self.fd = fd
 
     def _open(self, flags: int) -> int:
-        """The lock file itself: a symbolic or hard link there (a copied run directory may hold one) would make
-        the pid written into it land in another file, so either is refused in one sentence."""
-        import stat
+        from mhalab.locks import open_lock_file
 
         try:
-            fd = os.open(self.path, flags | os.O_NOFOLLOW, 0o644)
+            return open_lock_file(self.path, self.WHAT, flags)
         except OSError as e:
-            if self.path.is_symlink():
-                raise ConfigError(f"{self.path} is a symbolic link: a run directory's lock file must be a plain "
-                                  "file; remove the link") from None
             raise ConfigError(f"{self.path} cannot be opened ({e.strerror})") from None
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
-            os.close(fd)
-            raise ConfigError(f"{self.path} is not a plain file of its own (a hard link or other file): a run "
-                              "directory's lock file must be a plain file; remove it")
-        return fd
+
+    def _refuse(self, fd: int) -> None:
+        from mhalab.locks import holder
+
+        who = holder(fd)
+        os.close(fd)
+        raise ConfigError(f"{self.path.parent} is in use by another process (pid {who}); wait for it or stop it "
+                          "before running there")
 
     def check(self) -> None:
         """ConfigError naming the holder if another process holds the lock; writes nothing."""
+        from mhalab.locks import lock
+
         fd = self._open(os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
-            raise ConfigError(f"{self.path.parent} is in use by another process (pid {holder or '?'}); wait for "
-                              "it or stop it before running there") from None
-        finally:
-            os.close(fd)
+        if not lock(fd):
+            self._refuse(fd)
+        os.close(fd)
 
     def release(self) -> None:
         if self.fd is not None:
