@@ -16,7 +16,8 @@ import torch
 from conftest import TINY, summaries
 
 from mhalab.errors import ConfigError
-from mhalab.runs.preflight import RunLock, preflight
+from mhalab.runs.preflight import preflight
+from mhalab.runs.rundir import RunLock
 
 # three short epochs of masked LM (dropout and random masking on), a validation and a step checkpoint every 2 steps
 RUN = ["data=bbc_news_mlm", "trainer.max_epochs=3", "trainer.limit_train_batches=4", "trainer.log_every_n_steps=1",
@@ -177,7 +178,7 @@ def test_a_second_process_cannot_work_in_a_locked_run(tmp_path):
     run_dir = tmp_path / "run"
     (run_dir / ".hydra").mkdir(parents=True)
     (run_dir / ".hydra" / "overrides.yaml").write_text("- seed=1\n")
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from mhalab.runs.preflight import RunLock; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from mhalab.runs.rundir import RunLock; "
                                f"RunLock({str(run_dir)!r}).acquire(); print('locked', flush=True); time.sleep(60)"],
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -195,7 +196,7 @@ def test_a_second_process_cannot_work_in_a_locked_run(tmp_path):
 
 
 def test_interrupted_writes_leave_no_temporary_files_behind(tmp_path):
-    from mhalab.runs.preflight import remove_stale_temporaries
+    from mhalab.runs.rundir import remove_stale_temporaries
 
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints").mkdir(parents=True)

@@ -1,6 +1,6 @@
 """One way to replace a file so that a reader, or a kill at any moment, finds the old file or the new one, never
 half of one: the bytes go to a temporary `.<name>.<pid>.<random>.tmp` beside it, are fsynced, then `os.replace`d
-onto it (`mhalab.runs.preflight.remove_stale_temporaries` removes what a killed writer left)."""
+onto it (`mhalab.runs.rundir.remove_stale_temporaries` removes what a killed writer left)."""
 
 from __future__ import annotations
 

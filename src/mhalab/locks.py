@@ -1,4 +1,4 @@
-"""Exclusive locks on a file, one implementation for run directories (`mhalab.runs.preflight.RunLock`) and the
+"""Exclusive locks on a file, one implementation for run directories (`mhalab.runs.rundir.RunLock`) and the
 data cache (`mhalab.data.cache.locked`): fcntl.flock on a file opened without following links, released by the
 kernel when the holder's process dies, however it dies. A holder may write its pid into the file, so a refusal
 names it.

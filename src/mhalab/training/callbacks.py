@@ -30,7 +30,7 @@ from mhalab.runs import faults
 from mhalab.analysis import head_stats as S
 from mhalab.errors import ConfigError
 from mhalab.heads import head_label
-from mhalab.runs.preflight import LAST
+from mhalab.runs.rundir import LAST
 from mhalab.config.schema import StatsConfig
 from mhalab.runs.stopping import SIGNALS, Interrupted
 from mhalab.training.console import HEARTBEAT, StepEta, duration

@@ -111,7 +111,7 @@ def resume_from(run_dir: str | Path) -> Path:
     """<run_dir>/checkpoints/last.ckpt, for a resumed run, once it loads (`load_checkpoint`). A damaged one is one
     ConfigError naming it and the newest intact checkpoint beside it (by its step), which is offered, not used:
     continuing from an earlier step is not proven to end as the run would have."""
-    from mhalab.runs.preflight import LAST
+    from mhalab.runs.rundir import LAST
 
     last = Path(run_dir) / LAST
     try:

@@ -32,8 +32,9 @@ from mhalab.checks import available_cpus
 from mhalab.config.schema import register
 from mhalab.errors import ConfigError
 from mhalab.runs import faults, slurm, stopping
-from mhalab.runs.preflight import (LAST, Finished, RunLock, launcher_rank, new_command, preflight, register_resolvers,
-                                   remove_stale_temporaries, run_defining, run_status, validate)
+from mhalab.runs.identity import Finished, run_identity, run_status
+from mhalab.runs.preflight import new_command, preflight, register_resolvers, validate
+from mhalab.runs.rundir import LAST, RunLock, launcher_rank, remove_stale_temporaries
 from mhalab.runs.summary import RunSummary, read_summary, write_summary
 from mhalab.training.console import (check_sizes, header, quiet_lightning, result_line, unfinished_twin, usage,
                                      warn_if_repeating)
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
             stopping.SIGNALS.uninstall()
     signum = stopping.stopped(plan.sweep_dir) if plan.sweep_dir is not None else None
     if signum is not None:
-        began = any(run_defining(d) for d in plan.sweep_dir.iterdir() if d.is_dir())
+        began = any(run_identity(d) for d in plan.sweep_dir.iterdir() if d.is_dir())
         print(stopping.sweep_stopped(argv, plan.sweep_dir, signum, began), file=sys.stderr)
         sys.exit(128 + signum)
 
@@ -147,7 +148,7 @@ def _run(cfg: DictConfig) -> float | None:
 def _check_running_job(cfg: DictConfig, hc, run_dir: Path):
     """The preflight's checks again on the config Hydra gave this job (what mhalab instantiates, where it writes,
     every value), then record what the run computes for `resume` to match on. Returns its TrainConfig."""
-    from mhalab.runs.preflight import defining, write_defining
+    from mhalab.runs.identity import identity, write_identity
     from mhalab.config.secrets import Redaction
     from mhalab.config.targets import check_config, check_resolved
     from mhalab.config.writes import check_writes
@@ -160,8 +161,8 @@ def _check_running_job(cfg: DictConfig, hc, run_dir: Path):
     tc = validate(cfg, plain)
     tc.redaction = Redaction.of(cfg)  # values from the environment: real in memory, redacted in files and loggers
     if launcher_rank() == 0:
-        write_defining(run_dir, tc.redaction(plain))
-    tc.defining = defining(tc.redaction(plain))
+        write_identity(run_dir, tc.redaction(plain))
+    tc.identity = identity(tc.redaction(plain))
     return tc
 
 
