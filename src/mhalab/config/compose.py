@@ -313,15 +313,6 @@ def hydra_message(e: BaseException) -> str:
     return " ".join(keep)
 
 
-def hydra_basic(group: str) -> str:
-    """The `_target_` of Hydra's own plugin of `group` ("launcher", "sweeper"), as Hydra's config store names it."""
-    from hydra.core.config_store import ConfigStore
-    from hydra.core.plugins import Plugins
-
-    Plugins.instance()  # Hydra's core plugins store their configs as they are imported
-    return ConfigStore.instance().load(f"hydra/{group}/basic.yaml").node._target_
-
-
 def _hydra_sources() -> tuple[Any, type]:
     """Hydra's registry of config-source schemes and its `pkg://` source class: the one use of `hydra._internal`.
 

@@ -234,11 +234,18 @@ def _grammar(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
+def hydra_basic(group: str) -> str:
+    """The `_target_` of Hydra's own plugin of `group` ("launcher", "sweeper"), as Hydra's config store names it."""
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()  # Hydra's core plugins store their configs as they are imported
+    return ConfigStore.instance().load(f"hydra/{group}/basic.yaml").node._target_
+
+
 @functools.cache
 def _hydra_basic() -> tuple[str, str]:
-    """Hydra's own launcher and sweeper, allowed by the names Hydra gives them (`mhalab.config.compose.hydra_basic`)."""
-    from mhalab.config.compose import hydra_basic
-
+    """Hydra's own launcher and sweeper, allowed by the names Hydra gives them."""
     return hydra_basic("launcher"), hydra_basic("sweeper")
 
 

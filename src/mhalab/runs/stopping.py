@@ -168,8 +168,8 @@ JOBLIB_LOGGER = "hydra_plugins.hydra_joblib_launcher._core"
 
 
 def launcher_loggers() -> tuple[str, str]:
-    """The loggers of Hydra's basic launcher (its module: `mhalab.config.compose.hydra_basic`) and joblib's."""
-    from mhalab.config.compose import hydra_basic
+    """The loggers of Hydra's basic launcher (its module: `mhalab.config.targets.hydra_basic`) and joblib's."""
+    from mhalab.config.targets import hydra_basic
 
     return hydra_basic("launcher").rpartition(".")[0], JOBLIB_LOGGER
 
