@@ -45,8 +45,6 @@ ALLOWED_CLASSES = frozenset(
     [f"lightning.pytorch.{module}.{name}" for module, names in _LIGHTNING.items() for name in names]
     + [f"pytorch_lightning.{module}.{name}" for module, names in _LIGHTNING.items() for name in names]
     + [
-        "hydra._internal.core_plugins.basic_launcher.BasicLauncher",
-        "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
         "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
         "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher",
         "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher",
@@ -225,11 +223,26 @@ def _grammar(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
+def hydra_basic(group: str) -> str:
+    """The `_target_` of Hydra's own plugin of `group` ("launcher", "sweeper"), as Hydra's config store names it."""
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()  # Hydra's core plugins store their configs as they are imported
+    return ConfigStore.instance().load(f"hydra/{group}/basic.yaml").node._target_
+
+
+@functools.cache
+def _hydra_basic() -> tuple[str, str]:
+    """Hydra's own launcher and sweeper, allowed by the names Hydra gives them."""
+    return hydra_basic("launcher"), hydra_basic("sweeper")
+
+
 def check_target(target: Any, key: str) -> None:
     """One `_target_`: an allow-listed class by its exact name, or a class defined inside a granted package."""
     if not isinstance(target, str) or not target or "${" in target:
         raise ConfigError(f"{key}={target!r}: a _target_ must name a class literally")
-    if target in ALLOWED_CLASSES or target in OWN_CLASSES:
+    if target in ALLOWED_CLASSES or target in OWN_CLASSES or target in _hydra_basic():
         return
     obj = _resolve(target, key)
     if not inspect.isclass(obj):
@@ -254,10 +267,10 @@ def _resolve(path: str, key: str) -> Any:
         raise ConfigError(f"{key}={path!r}: not an allowed class; allowed are mhalab's own classes, Lightning's "
                           "loggers and callbacks, the Hydra launcher and sweeper plugins (mhalab.targets), and "
                           f"classes of packages you grant: {how}")
-    from hydra._internal.utils import _locate
+    from hydra.utils import get_object
 
     try:
-        obj = _locate(path)
+        obj = get_object(path)
     except Exception as e:  # noqa: BLE001 - an import error of the user's own package, or a missing name
         raise ConfigError(f"{key}={path!r}: cannot be found ({type(e).__name__}: "
                           f"{str(e).splitlines()[0] if str(e) else ''})") from None

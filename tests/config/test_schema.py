@@ -142,11 +142,19 @@ BAD = [
     (["stats.every_n_steps=0"], "stats.every_n_steps=0"),
     (["checkpoint.every_n_steps=0"], "checkpoint.every_n_steps=0"),
     (["checkpoint.mode=best"], "checkpoint.mode='best'"),
-    (["fault.kill_at=nowhere"], "fault.kill_at='nowhere'"),
     (["ckpt_path=/nonexistent.ckpt"], "ckpt_path=/nonexistent.ckpt"),
     (["resume=/nonexistent/run"], "is not a run directory"),
     (["resume=true"], "no run under"),
 ]
+
+
+def test_bad_fault_setting_is_one_sentence_naming_the_key_before_anything_is_written(root, tmp_path, monkeypatch):
+    monkeypatch.setenv("MHALAB_FAULTS", "kill_at=nowhere")  # faults are set by the environment only
+    with pytest.raises(ConfigError) as e:
+        preflight(root)
+    assert "fault.kill_at='nowhere'" in str(e.value), str(e.value)
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "logs").exists() or not any((tmp_path / "logs").rglob("*/runs/*"))
 
 
 @pytest.mark.parametrize("overrides,message", BAD, ids=[" ".join(o) for o, _ in BAD])

@@ -29,7 +29,7 @@ def test_a_sweep_never_writes_into_a_run_directory_another_process_holds(tmp_pat
     Hydra's bookkeeping (written before any job code runs), and the other job ends ok."""
     sweep = tmp_path / "sweep"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from mhalab.runs.preflight import RunLock\n"
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from mhalab.runs.rundir import RunLock\n"
          "sweep, job = Path(sys.argv[1]), sys.argv[2]\n"
          "while job == '1' and not (sweep / '0' / '.hydra').is_dir(): time.sleep(0.01)\n"
          "(sweep / job).mkdir(parents=True, exist_ok=True); (sweep / job / 'mine.txt').write_text('holder')\n"
@@ -62,10 +62,10 @@ def test_a_sweep_never_writes_into_a_run_directory_another_process_holds(tmp_pat
 def test_a_requeued_slurm_job_waits_for_its_previous_start_to_let_go(tmp_path, monkeypatch):
     """SLURM can start a requeued job while its previous start is still saving and exiting: the new start waits
     for the lock (a real holder process), a first start does not."""
-    from mhalab.runs import preflight as runs
+    from mhalab.runs import rundir as runs
 
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from mhalab.runs.preflight import RunLock\n"
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from mhalab.runs.rundir import RunLock\n"
          "RunLock(Path(sys.argv[1])).acquire(); print('locked', flush=True); time.sleep(2)", str(tmp_path)],
         stdout=subprocess.PIPE, text=True, env=_env())
     try:

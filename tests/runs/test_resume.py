@@ -16,18 +16,19 @@ import torch
 from conftest import TINY, summaries
 
 from mhalab.errors import ConfigError
-from mhalab.runs.preflight import RunLock, preflight
+from mhalab.runs.preflight import preflight
+from mhalab.runs.rundir import RunLock
 
 # three short epochs of masked LM (dropout and random masking on), a validation and a step checkpoint every 2 steps
 RUN = ["data=bbc_news_mlm", "trainer.max_epochs=3", "trainer.limit_train_batches=4", "trainer.log_every_n_steps=1",
        "trainer.val_check_interval=2", "checkpoint.every_n_steps=2"]
 KILL_POINTS = {
-    "during data preparation": "fault.kill_at=prepare",
-    "after a mid-epoch checkpoint": "fault.kill_at_step=7",
-    "during a checkpoint write": "fault.kill_at=checkpoint_write@3",
-    "during validation": "fault.kill_at=validation@3",
-    "during test": "fault.kill_at=test",
-    "after the summary": "fault.kill_at=after_summary",
+    "during data preparation": "kill_at=prepare",
+    "after a mid-epoch checkpoint": "kill_at_step=7",
+    "during a checkpoint write": "kill_at=checkpoint_write@3",
+    "during validation": "kill_at=validation@3",
+    "during test": "kill_at=test",
+    "after the summary": "kill_at=after_summary",
 }
 
 
@@ -56,7 +57,7 @@ def reference(tmp_path_factory, data_cache):
 
 def kill_and_resume(run_train, tmp_path, fault: str, workers: int) -> tuple[subprocess.CompletedProcess, dict]:
     own_cache = [f"data.cache_dir={tmp_path / 'cache'}"] if "prepare" in fault else []
-    killed = run_train(*RUN, f"data.num_workers={workers}", fault, *own_cache)
+    killed = run_train(*RUN, f"data.num_workers={workers}", *own_cache, env={"MHALAB_FAULTS": fault})
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     resumed = run_train(*RUN, f"data.num_workers={workers}", "resume=true", *own_cache)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -99,7 +100,7 @@ def test_a_gpu_option_killed_and_resumed_is_bit_identical(run_train, tmp_path, d
     (reference,) = summaries(root / "logs")
     assert reference["config"]["trainer"]["precision"] == ("bf16-mixed" if how is BF16 else "32-true")
     assert reference["config"]["model"]["compile"] is (how is COMPILE)
-    killed = run_train(*RUN, *how, KILL_POINTS["after a mid-epoch checkpoint"])
+    killed = run_train(*RUN, *how, env={"MHALAB_FAULTS": KILL_POINTS["after a mid-epoch checkpoint"]})
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     resumed = run_train(*RUN, *how, "resume=true")
     assert resumed.returncode == 0 and "resuming from" in resumed.stdout + resumed.stderr, resumed.stderr[-3000:]
@@ -164,7 +165,7 @@ def test_resume_on_a_finished_run_says_so_and_changes_nothing(train, tmp_path):
 
 @pytest.mark.proc
 def test_resume_refuses_other_overrides_and_picks_the_unfinished_run_not_a_finished_twin(run_train, train, tmp_path):
-    killed = run_train(*RUN, "fault.kill_at_step=3")
+    killed = run_train(*RUN, env={"MHALAB_FAULTS": "kill_at_step=3"})
     assert killed.returncode == -signal.SIGKILL
     (unfinished,) = (tmp_path / "logs" / "train" / "runs").iterdir()
     overrides = (unfinished / ".hydra" / "overrides.yaml").read_text()
@@ -184,7 +185,7 @@ def test_a_second_process_cannot_work_in_a_locked_run(tmp_path):
     run_dir = tmp_path / "run"
     (run_dir / ".hydra").mkdir(parents=True)
     (run_dir / ".hydra" / "overrides.yaml").write_text("- seed=1\n")
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from mhalab.runs.preflight import RunLock; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from mhalab.runs.rundir import RunLock; "
                                f"RunLock({str(run_dir)!r}).acquire(); print('locked', flush=True); time.sleep(60)"],
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -202,7 +203,7 @@ def test_a_second_process_cannot_work_in_a_locked_run(tmp_path):
 
 
 def test_interrupted_writes_leave_no_temporary_files_behind(tmp_path):
-    from mhalab.runs.preflight import remove_stale_temporaries
+    from mhalab.runs.rundir import remove_stale_temporaries
 
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints").mkdir(parents=True)
@@ -217,7 +218,7 @@ def test_interrupted_writes_leave_no_temporary_files_behind(tmp_path):
 @pytest.mark.proc
 def test_multirun_resume_finishes_only_the_unfinished_jobs(run_train, train, tmp_path):
     sweep = ["attention.n_heads=1,2", "stats=off"]
-    killed = run_train(*sweep, "fault.kill_at_step=2", multirun=True)  # the first job dies, taking the sweep
+    killed = run_train(*sweep, multirun=True, env={"MHALAB_FAULTS": "kill_at_step=2"})  # the first job dies, taking the sweep
     assert killed.returncode == -signal.SIGKILL
     (sweep_dir,) = (tmp_path / "logs" / "train" / "multiruns").iterdir()
     r = train(*sweep, "resume=true", multirun=True)

@@ -1,10 +1,10 @@
-"""The config a command will run, composed exactly as `@hydra.main` will compose it, and only once.
+"""The config a command will run, composed as `@hydra.main` will compose it, through Hydra's public API.
 
-`Composer(args)` builds the config search path from Hydra's own flags as `hydra.main` does (`-cp/--config-path`,
-`-cn/--config-name`, `-cd/--config-dir`, the task function's module) and composes with Hydra's own loader, so the
-preflight checks the config the run will get. Composing is slow (half a second: the defaults list and the merge of
-every file), so a composer remembers both per choice of config groups: the jobs of a sweep that differ only in
-values each cost one copy and their own overrides (milliseconds).
+`Composer(args)` initializes Hydra on the search path `hydra.main` builds from its flags (`-cp/--config-path`,
+`-cn/--config-name`, `-cd/--config-dir`, the task function's module) with `hydra.initialize_config_module` or
+`hydra.initialize_config_dir`, and composes with `hydra.compose(..., return_hydra_config=True)`, so the preflight checks
+the config the run will get. A sweep is expanded into its jobs with Hydra's public override parser, as Hydra's basic
+sweeper expands it, and each job is composed as its launcher composes it.
 
 `guard_sources()` makes a `pkg://` search path (`-cp pkg://x`, `hydra.searchpath=[pkg://x]`) name only mhalab,
 Hydra and its plugins, or a package the command line granted (`mhalab.targets.granted`): Hydra imports such a
@@ -14,12 +14,13 @@ package to read it, so anything else is refused before it is imported.
 from __future__ import annotations
 
 import argparse
-import copy
+import itertools
 import os
+from pathlib import Path
 from typing import Any, Callable
 
-from hydra._internal.core_plugins.importlib_resources_config_source import ImportlibResourcesConfigSource
-from omegaconf import DictConfig, OmegaConf
+from hydra.plugins.search_path_plugin import SearchPathPlugin
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mhalab.errors import ConfigError
 
@@ -27,30 +28,47 @@ CONFIG_PATH = "pkg://mhalab.conf"
 CONFIG_NAME = "train"
 TASK_MODULE = "mhalab.training.train"  # the module of the task function: Hydra resolves a relative -cp against it
 TRUSTED_PACKAGES = ("mhalab", "hydra", "hydra_plugins")  # config packages Hydra may import without a grant
-# Hydra's flags: what each does under mhalab (every flag of hydra-core 1.3's parser is named here)
+# Hydra's flags: what each does under mhalab (the flags of hydra-core 1.3's parser, mirrored by `parser()`)
 RUN_FLAGS = ("multirun", "run", "config_path", "config_name", "config_dir")
 SHOW_FLAGS = ("help", "hydra_help", "cfg", "info", "resolve", "package")  # print, run no job (--version exits)
 REFUSED_FLAGS = {"experimental_rerun": "it unpickles a file, which can run any code",
                  "shell_completion": "mhalab does not install or answer Hydra's shell completion"}
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    """Hydra's command-line parser; an unknown or refused flag is one sentence (ConfigError)."""
-    from hydra._internal.utils import get_args_parser
+def parser() -> argparse.ArgumentParser:
+    """The command line `hydra.main` reads (hydra-core 1.3's flags, with its short forms)."""
+    from hydra import __version__
 
-    parser = get_args_parser()
+    p = argparse.ArgumentParser(add_help=False, description="Hydra")
+    p.add_argument("--help", "-h", action="store_true")
+    p.add_argument("--hydra-help", action="store_true")
+    p.add_argument("--version", action="version", version=f"Hydra {__version__}")
+    p.add_argument("overrides", nargs="*")
+    p.add_argument("--cfg", "-c", choices=["job", "hydra", "all"])
+    p.add_argument("--resolve", action="store_true")
+    p.add_argument("--package", "-p")
+    p.add_argument("--run", "-r", action="store_true")
+    p.add_argument("--multirun", "-m", action="store_true")
+    p.add_argument("--shell-completion", "-sc", action="store_true")
+    p.add_argument("--config-path", "-cp")
+    p.add_argument("--config-name", "-cn")
+    p.add_argument("--config-dir", "-cd")
+    p.add_argument("--experimental-rerun")
+    p.add_argument("--info", "-i", const="all", nargs="?",
+                   choices=["all", "config", "defaults", "defaults-tree", "plugins", "searchpath"])
+    return p
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Hydra's command line; an unknown or refused flag is one sentence (ConfigError)."""
+    p = parser()
 
     def error(message: str):
         raise ConfigError(f"{message} (mhalab train takes Hydra's flags -m, -cp, -cn, --config-dir, --cfg, --info "
                           "and --hydra-help, and --allow PACKAGE)")
 
-    parser.error = error
-    args = parser.parse_args(argv)
-    known = set(RUN_FLAGS) | set(SHOW_FLAGS) | set(REFUSED_FLAGS) | {"overrides"}
-    unknown = sorted(set(vars(args)) - known)
-    if unknown:  # a newer Hydra with flags this preflight does not know: refuse rather than guess
-        raise ConfigError(f"Hydra flag(s) {', '.join(unknown)} are not understood by mhalab's preflight; "
-                          "hydra-core 1.3 is supported")
+    p.error = error
+    args = p.parse_args(argv)
     for flag, why in REFUSED_FLAGS.items():
         if getattr(args, flag):
             raise ConfigError(f"--{flag.replace('_', '-')} is refused: {why}")
@@ -62,48 +80,45 @@ def shows_only(args: argparse.Namespace) -> bool:
     return any(getattr(args, flag) for flag in ("help", "hydra_help", "cfg", "info"))
 
 
+def config_source(config_path: str, task_module: str = TASK_MODULE) -> str:
+    """Where `hydra.main(config_path=...)` of a task function in `task_module` reads its primary config: an absolute
+    folder or `pkg://` as given; a relative path inside the task module's package, each `../` one package up."""
+    if os.path.isabs(config_path) or config_path.startswith("pkg://"):
+        return config_path
+    package = task_module.rpartition(".")[0]
+    path = config_path.replace(os.path.sep, "/")
+    while path.startswith("../"):
+        path, package = path[3:], package.rpartition(".")[0]
+    return f"pkg://{package}/{path}" if package else f"pkg://{path}"
+
+
 class Composer:
-    """Hydra set up as `hydra.main(config_path=CONFIG_PATH, config_name=CONFIG_NAME)(task_function)` sets it up
+    """Hydra initialized as `hydra.main(config_path=CONFIG_PATH, config_name=CONFIG_NAME)(task_function)` sets it up
     for these flags; `close()` (or `with`) forgets it again."""
 
     def __init__(self, args: argparse.Namespace, task_function: Callable | None = None):
-        from hydra._internal.hydra import Hydra
-        from hydra._internal.utils import (create_automatic_config_search_path,
-                                           detect_calling_file_or_module_from_task_function, detect_task_name,
-                                           validate_config_path)
+        from hydra import initialize_config_dir, initialize_config_module
         from hydra.core.global_hydra import GlobalHydra
-        from hydra.core.config_search_path import SearchPathQuery
 
         guard_sources()
         self.config_name = args.config_name or CONFIG_NAME
-        config_path = args.config_path or CONFIG_PATH
-        if task_function is None:
-            calling_file, calling_module = None, TASK_MODULE
-        else:
-            calling_file, calling_module = detect_calling_file_or_module_from_task_function(task_function)
-        self._defaults: dict[tuple, Any] = {}
-        self._merged: dict[int, DictConfig] = {}
-        with _hydra_errors():
-            validate_config_path(config_path)
-            search_path = create_automatic_config_search_path(calling_file, calling_module, config_path)
-            if args.config_dir is not None:
-                config_dir = os.path.abspath(args.config_dir)
-                if not os.path.isdir(config_dir):
-                    raise ConfigError(f"--config-dir {args.config_dir}: no such directory")
-                search_path.prepend(provider="command-line", path=f"file://{config_dir}",
-                                    anchor=SearchPathQuery(provider="schema"))
-            GlobalHydra.instance().clear()
-            self.hydra = Hydra.create_main_hydra2(task_name=detect_task_name(calling_file, calling_module),
-                                                  config_search_path=search_path)
-        loader = self.hydra.config_loader
-        merge = loader._compose_config_from_defaults_list
-
-        def merged(defaults, repo):  # one merge per defaults list; each job gets a copy
-            if id(defaults) not in self._merged:
-                self._merged[id(defaults)] = merge(defaults=defaults, repo=repo)
-            return copy.deepcopy(self._merged[id(defaults)])
-
-        loader._compose_config_from_defaults_list = merged
+        module = TASK_MODULE if task_function is None else task_function.__module__
+        job_name = module.rpartition(".")[2]  # Hydra's task name: the task module's last part
+        source = config_source(args.config_path or CONFIG_PATH, module)
+        GlobalHydra.instance().clear()
+        if args.config_dir is not None:
+            config_dir = os.path.abspath(args.config_dir)
+            if not os.path.isdir(config_dir):
+                raise ConfigError(f"--config-dir {args.config_dir}: no such directory")
+            ConfigDir.path = f"file://{config_dir}"
+        try:
+            with _hydra_errors():
+                if source.startswith("pkg://"):
+                    initialize_config_module(source.removeprefix("pkg://"), job_name=job_name, version_base="1.3")
+                else:
+                    initialize_config_dir(source, job_name=job_name, version_base="1.3")
+        finally:
+            ConfigDir.path = None
 
     def __enter__(self) -> "Composer":
         return self
@@ -120,92 +135,97 @@ class Composer:
         """Whether Hydra will run these overrides as a multirun without -m (`hydra.mode` set by a config)."""
         from hydra.types import RunMode
 
-        with self._cached_defaults(), _hydra_errors():
-            return self.hydra.get_mode(self.config_name, overrides) == RunMode.MULTIRUN
-
-    def launch_run(self, task_function: Callable, overrides: list[str], mode) -> None:
-        """Run one job as `hydra.main` runs it (Hydra's own `_run_app`: composing with logging set up, the run
-        directory, `.hydra/`, the job), on this composer's Hydra: its composition reuses the preflight's defaults
-        list and merge, and `mode` is the `hydra.mode` the preflight composed (Hydra's `get_mode` would compose
-        it again)."""
-        from hydra._internal.utils import _run_app
-
-        with self._cached_defaults():
-            _run_app(run=True, multirun=False, mode=mode, hydra=self.hydra, config_name=self.config_name,
-                     task_function=task_function, overrides=list(overrides))
+        try:
+            cfg = self._compose([o.input_line for o in _parsed(overrides) if not o.is_sweep_override()])
+        except ConfigError:
+            return False
+        return OmegaConf.select(cfg, "hydra.mode") == RunMode.MULTIRUN
 
     def run_config(self, overrides: list[str]) -> DictConfig:
         """The config of a single run, as `hydra.run` composes it."""
-        from hydra.types import RunMode
-
-        return self._compose(overrides, RunMode.RUN)
+        return self._compose(list(overrides))
 
     def sweep_config(self, overrides: list[str]) -> DictConfig:
-        """The master config of a multirun, as `hydra.multirun` composes it."""
-        from hydra.types import RunMode
+        """The master config of a multirun (its sweep values left out: each job has its own)."""
+        parsed = _parsed(overrides)
+        for o in parsed:
+            if o.is_sweep_override() and o.is_hydra_override():
+                raise ConfigError(f"{o.input_line}: sweeping over Hydra's configuration is not supported")
+        return self._compose([o.input_line for o in parsed if not o.is_sweep_override()] + ["hydra.mode=MULTIRUN"])
 
-        return self._compose(overrides, RunMode.MULTIRUN)
+    def sweep_jobs(self, master: DictConfig, overrides: list[str]) -> list[list[str]]:
+        """The jobs of a grid sweep, as Hydra's basic sweeper expands them: `hydra.sweeper.params`, then the command
+        line's overrides (a later value of a key replaces an earlier one), every combination, the first key slowest."""
+        params = [f"{k}={v}" for k, v in (OmegaConf.select(master, "hydra.sweeper.params", default=None) or {}).items()]
+        axes: dict[str, list[str]] = {}
+        for o in _parsed(params + [line for line in overrides]):
+            if o.is_hydra_override():
+                continue
+            key = o.get_key_element()
+            if not o.is_sweep_override():
+                axes[key] = [f"{key}={o.get_value_element_as_str()}"]
+            elif o.is_discrete_sweep():
+                axes[key] = [f"{key}={v}" for v in o.sweep_string_iterator()]
+            else:
+                raise ConfigError(f"{o.input_line}: a {o.value_type.name} sweep needs a sweeper that draws values "
+                                  "(hydra/sweeper=search); the basic sweeper takes lists, ranges and globs")
+        return [list(job) for job in itertools.product(*axes.values())]
 
-    def job_config(self, master: DictConfig, job_overrides: list[str], num: int) -> DictConfig:
-        """A sweep job's config, as the launchers compose it (`load_sweep_config`, then the job's number)."""
-        from omegaconf import open_dict
-
-        with self._cached_defaults(), _hydra_errors(job_overrides):
-            cfg = self.hydra.config_loader.load_sweep_config(master, list(job_overrides))
+    def job_config(self, overrides: list[str], job: list[str], num: int) -> DictConfig:
+        """A sweep job's config, as the launchers compose it: the command line's Hydra overrides and the job's."""
+        hydra = [o.input_line for o in _parsed(overrides) if o.is_hydra_override()]
+        with _hydra_errors(job):
+            cfg = self._compose(hydra + ["hydra.mode=MULTIRUN"] + list(job))
         with open_dict(cfg.hydra):
             cfg.hydra.job.id, cfg.hydra.job.num = str(num), num
         return cfg
 
-    def files_setting(self, key: str) -> list[str]:
-        """The config files composed so far that set the top-level `key` (to name them in an error)."""
+    def files_setting(self, cfg: DictConfig, key: str) -> list[str]:
+        """The config files in folders (the primary one, and each chosen group option of the global package) that
+        set the top-level `key` (to name them in an error)."""
+        choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
+        names = [self.config_name] + [f"{group}/{choice}" for group, choice in choices.items()
+                                      if isinstance(choice, str) and not group.startswith("hydra/")]
         found = []
-        for dl, repo in self._defaults.values():
-            for d in dl.defaults:
-                if d.config_path is None or d.package not in ("", None):
+        for source in cfg.hydra.runtime.config_sources:
+            if source.schema != "file":
+                continue
+            for name in names:
+                path = Path(source.path) / f"{name}.yaml"
+                if not path.is_file():
                     continue
-                loaded = repo.load_config(d.config_path)
-                if loaded is not None and not loaded.path.startswith("structured://") and \
-                        OmegaConf.is_dict(loaded.config) and loaded.config.get(key):
-                    found.append(f"{loaded.path}/{d.config_path}.yaml")
+                text = path.read_text()
+                loaded = OmegaConf.create(text)
+                own = name == self.config_name or "# @package _global_" in text
+                if own and OmegaConf.is_dict(loaded) and loaded.get(key):
+                    found.append(f"{source.path}/{name}.yaml")
         return sorted(set(found))
 
-    def _compose(self, overrides: list[str], mode) -> DictConfig:
-        with self._cached_defaults(), _hydra_errors(overrides):
-            return self.hydra.compose_config(self.config_name, list(overrides), run_mode=mode,
-                                             with_log_configuration=False)
+    def _compose(self, overrides: list[str]) -> DictConfig:
+        from hydra import compose
 
-    def _cached_defaults(self):
-        """Hydra's defaults list computed once per choice of config groups (values do not change it)."""
-        import contextlib
+        with _hydra_errors(overrides):
+            return compose(self.config_name, list(overrides), return_hydra_config=True)
 
-        from hydra._internal import config_loader_impl
 
-        create = config_loader_impl.create_defaults_list
-        cache = self._defaults
+class ConfigDir(SearchPathPlugin):
+    """A search-path plugin (Hydra's public way to add to the search path) that adds `--config-dir` where
+    `hydra.main` adds it, after the primary config's folder and before the structured configs, while a Composer
+    initializes Hydra; registered by `guard_sources`."""
 
-        def cached(repo, config_name, overrides_list, prepend_hydra, skip_missing):
-            groups = [o.input_line for o in overrides_list if not o.is_sweep_override() and
-                      repo.group_exists(o.key_or_group) and not isinstance(o.value(), dict)]
-            key = (config_name, tuple(groups), prepend_hydra, skip_missing,
-                   tuple(f"{s.scheme()}://{s.path}" for s in repo.get_sources()))
-            if key not in cache:
-                cache[key] = (create(repo=repo, config_name=config_name, overrides_list=overrides_list,
-                                     prepend_hydra=prepend_hydra, skip_missing=skip_missing), repo)
-            dl = cache[key][0]
-            values = [o for o in overrides_list if not o.is_sweep_override() and
-                      (isinstance(o.value(), dict) or not repo.group_exists(o.key_or_group))]
-            return type(dl)(defaults=dl.defaults, defaults_tree=dl.defaults_tree, overrides=dl.overrides,
-                            config_overrides=values)
+    path: str | None = None
 
-        @contextlib.contextmanager
-        def patched():
-            config_loader_impl.create_defaults_list = cached
-            try:
-                yield
-            finally:
-                config_loader_impl.create_defaults_list = create
+    def manipulate_search_path(self, search_path) -> None:
+        if ConfigDir.path is not None:
+            search_path.append(provider="command-line", path=ConfigDir.path)
 
-        return patched()
+
+def _parsed(overrides: list[str]) -> list:
+    """The overrides as Hydra's public override parser reads them; a syntax error is one sentence."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    with _hydra_errors(overrides):
+        return OverridesParser.create().parse_overrides(list(overrides))
 
 
 HYDRA_NODES = ("job_logging", "hydra_logging", "launcher", "sweeper", "callbacks", "output_subdir")  # resolved
@@ -293,17 +313,28 @@ def hydra_message(e: BaseException) -> str:
     return " ".join(keep)
 
 
+def _hydra_sources() -> tuple[Any, type]:
+    """Hydra's registry of config-source schemes and its `pkg://` source class: the one use of `hydra._internal`.
+
+    Checked on hydra-core 1.3.8: Hydra imports a `pkg://` search path's package while it composes, and has no
+    public hook that sees the path first (a ConfigSource plugin registers a new scheme, never a guarded `pkg`)."""
+    from hydra._internal.core_plugins.importlib_resources_config_source import ImportlibResourcesConfigSource
+    from hydra._internal.sources_registry import SourcesRegistry
+
+    return SourcesRegistry, ImportlibResourcesConfigSource
+
+
 def guard_sources() -> None:
     """Make Hydra read `pkg://` config sources through GuardedPackageSource (idempotent; it stays for the process,
     so Hydra's own composition in the run is guarded too)."""
-    from hydra._internal.sources_registry import SourcesRegistry
     from hydra.core.plugins import Plugins
 
     Plugins.instance()  # Hydra registers its own sources first; this one then replaces the pkg:// one
-    SourcesRegistry.instance().types["pkg"] = GuardedPackageSource
+    _hydra_sources()[0].instance().types["pkg"] = GuardedPackageSource
+    Plugins.instance().register(ConfigDir)  # Hydra's public registration (idempotent)
 
 
-class GuardedPackageSource(ImportlibResourcesConfigSource):
+class GuardedPackageSource(_hydra_sources()[1]):
     """Hydra's `pkg://` config source, refusing a package neither trusted nor granted before importing it."""
 
     def __init__(self, provider: str, path: str) -> None:
@@ -320,4 +351,4 @@ class GuardedPackageSource(ImportlibResourcesConfigSource):
 
 # Hydra's registry accepts a second registration of a scheme only under the same class name: a joblib or submitit
 # worker restores Hydra's singletons (this class among them) and then registers Hydra's own sources again.
-GuardedPackageSource.__name__ = ImportlibResourcesConfigSource.__name__
+GuardedPackageSource.__name__ = _hydra_sources()[1].__name__

@@ -258,28 +258,6 @@ class PathsConfig:
 
 
 @dataclass
-class FaultConfig:
-    """Deliberate failures for testing recovery (`mhalab.training.callbacks.FaultInjection`); all off by default."""
-
-    kill_at_step: Optional[int] = None  # SIGKILL the process before this optimizer step
-    nan_at_step: Optional[int] = None  # make the loss NaN at this optimizer step
-    kill_at: Optional[str] = None  # SIGKILL at a named point: prepare | checkpoint_write | validation | test |
-    #                                after_summary, optionally @n for the n-th pass (e.g. validation@2)
-
-    def __post_init__(self):
-        for key in ("kill_at_step", "nan_at_step"):
-            if getattr(self, key) is not None:
-                check_int(f"fault.{key}", getattr(self, key), 0)
-        if self.kill_at is not None:
-            from mhalab.faults import parse
-
-            try:
-                parse(self.kill_at)
-            except ValueError as e:
-                raise ConfigError(str(e)) from None
-
-
-@dataclass
 class EndpointConfig:
     """What an experiment measures and how `mhalab report` compares its arms (docs/definitions.md, "Endpoints").
 
@@ -377,7 +355,6 @@ class TrainConfig:
     logger: Dict[str, Any] = field(default_factory=dict)  # name -> {_target_: a Lightning logger, ...}
     callbacks: Dict[str, Any] = field(default_factory=dict)  # name -> {_target_: a Lightning callback, ...}
     paths: PathsConfig = field(default_factory=PathsConfig)
-    fault: FaultConfig = field(default_factory=FaultConfig)
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
     design: DesignConfig = field(default_factory=DesignConfig)
     optimized_metric: str = "val/loss"  # the final metric a run returns to Hydra's sweeper (Optuna's objective);

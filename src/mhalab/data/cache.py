@@ -11,7 +11,6 @@ own ``cache-*.arrow`` files from a ``map``) are not part of the cache and are ig
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from mhalab import faults
+from mhalab.locks import lock, open_lock_file
 
 log = logging.getLogger(__name__)
 
@@ -186,18 +186,14 @@ def _writing(where: Path) -> Iterator[None]:
 
 @contextlib.contextmanager
 def locked(folder: Path, blocking: bool = True) -> Iterator[bool]:
-    """Hold ``<folder>.lock`` (fcntl.flock) for the duration; yields False if not ``blocking`` and it is taken."""
+    """Hold ``<folder>.lock`` (`mhalab.locks`, as a run directory's lock) for the duration; yields False if not
+    ``blocking`` and it is taken."""
     path = folder.with_name(f"{folder.name}.lock")
     with _writing(path):
         folder.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = open_lock_file(path, "a data cache's lock file", mode=0o666)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-            held = True
-        except BlockingIOError:
-            held = False
-        yield held
+        yield lock(fd, None if blocking else 0)
     finally:
         os.close(fd)  # releases the lock
 

@@ -1,8 +1,8 @@
-"""Runs before they start: composing and checking their configs, where they live, resuming and locking them.
+"""The plan of a command, made before it starts: the config of every job composed and checked, where each lives.
 
 `preflight(argv)` runs before Hydra does anything: it composes the config of every job the command would run
 (a multirun's sweep expanded), refuses any `_target_` outside the allow-list (`mhalab.targets`), builds the typed
-config (`mhalab.config.schema`) so every value is checked, and settles `resume`. So a bad value, an unsafe target or a
+config (`mhalab.config.schema`) so every value is checked, and settles `resume` (`mhalab.runs.identity`; run directories are locked by `mhalab.runs.rundir`). So a bad value, an unsafe target or a
 wrong resume is one sentence and exit 2, with no run directory, no file written and no code run. It imports no
 torch or Lightning, so it answers in about a second.
 
@@ -12,8 +12,6 @@ id being the time to the microsecond, the process id and random bits (`${mhalab.
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
 import secrets
 import sys
@@ -28,12 +26,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from mhalab.checks import available_cpus, check_path
 from mhalab.errors import ConfigError
+from mhalab import faults
+from mhalab.runs.identity import check_not_a_run, identity, resume_sweep, resume_target
+from mhalab.runs.rundir import check_unlocked
 from mhalab.runs.stopping import stops_as_a_whole
-from mhalab.runs.summary import SUMMARY
 
-LAST = Path("checkpoints") / "last.ckpt"
-LOCK = ".lock"
-REQUEUE_WAIT_S = 180  # how long a requeued SLURM job waits for its previous start to let go of the run
 _RUN_ID: list[str] = []
 
 
@@ -184,8 +181,9 @@ def check_job(cfg: DictConfig, run_dir: str | Path | None = None, files: tuple[s
     check_network(plain, cli)
     check_inputs(tc)
     check_machine(tc)
+    faults.settings()  # MHALAB_FAULTS, when set, is well formed
     tc.redaction = Redaction.of(cfg)
-    tc.defining = defining(tc.redaction(plain))
+    tc.identity = identity(tc.redaction(plain))
     return tc
 
 
@@ -259,22 +257,13 @@ class Plan:
     resume_dir: Path | None = None
     show_only: bool = False  # Hydra prints something (--cfg, --info, --hydra-help) and runs no job
     sweep_dir: Path | None = None  # a sweep that stops as a whole (`mhalab.runs.stopping.stops_as_a_whole`)
-    composer: Any = None  # a single run's open `mhalab.config.compose.Composer` (`keep_composer`): `launch_run` runs it
-    mode: Any = None  # the single run's `hydra.mode` as composed (None unless a config sets it)
-
-    def close(self) -> None:
-        if self.composer is not None:
-            self.composer.close()
-            self.composer = None
 
 
-def preflight(argv: list[str], task_function=None, keep_composer: bool = False) -> Plan:
+def preflight(argv: list[str], task_function=None) -> Plan:
     """Check everything a command would run before Hydra starts, on the configs Hydra will compose.
 
     `--allow PKG` is taken out of argv and granted (`mhalab.targets.grant`); `task_function`: the function
-    `hydra.main` will run (a relative -cp is found beside its module), `mhalab.training.train.run` when None.
-    `keep_composer`: a single run's plan keeps its composer open, so the run composes on what the preflight
-    composed (`Plan.composer`, closed by `Plan.close`)."""
+    `hydra.main` will run (a relative -cp is found beside its module), `mhalab.training.train.run` when None."""
     from mhalab.config.compose import Composer, parse_args, shows_only
     from mhalab.targets import grant, split_allow
 
@@ -285,13 +274,12 @@ def preflight(argv: list[str], task_function=None, keep_composer: bool = False) 
     register_resolvers()
     overrides = list(args.overrides)
     composer = Composer(args, task_function)
-    plan = None
     try:
         if shows_only(args):  # nothing runs, but what is composed must be safe to compose and print
             cfg = composer.run_config(overrides)
             from mhalab.targets import check_config, check_no_grant_in_config
 
-            check_no_grant_in_config(cfg, composer.files_setting("allowed_targets"))
+            check_no_grant_in_config(cfg, composer.files_setting(cfg, "allowed_targets"))
             check_config(cfg)
             return Plan(argv, False, [], show_only=True)
         cfg = None if args.multirun else _single_run_config(composer, overrides)
@@ -304,19 +292,16 @@ def preflight(argv: list[str], task_function=None, keep_composer: bool = False) 
             check_not_a_run(Path(run_dir), "hydra.run.dir")
         log_dir = Path(tc.paths.log_dir)
         check_writable(log_dir, "paths.log_dir")
-        plan = Plan(list(argv), False, [(overrides, tc)], mode=OmegaConf.select(cfg, "hydra.mode"))
+        plan = Plan(list(argv), False, [(overrides, tc)])
         if tc.resume:
             if any(o.startswith("hydra.run.dir=") for o in overrides):
                 raise ConfigError("resume with hydra.run.dir: give the run directory as resume=<run_dir> instead")
             plan.resume_dir = resume_target(tc, log_dir / tc.task_name / "runs")
             if plan.resume_dir is not None:
                 plan.argv = plan.argv + [f"hydra.run.dir={plan.resume_dir}"]
-        if keep_composer:
-            plan.composer = composer
         return plan
     finally:
-        if plan is None or plan.composer is None:
-            composer.close()
+        composer.close()
 
 
 def _single_run_config(composer, overrides: list[str]) -> DictConfig | None:
@@ -354,15 +339,12 @@ def check_sweep_direction(master: DictConfig, metric: str) -> None:
 
 def _files(composer, cfg) -> tuple[str, ...]:
     """The config files that set allowed_targets, only looked for when it is set."""
-    return tuple(composer.files_setting("allowed_targets")) if cfg.get("allowed_targets") else ()
+    return tuple(composer.files_setting(cfg, "allowed_targets")) if cfg.get("allowed_targets") else ()
 
 
 def _preflight_multirun(composer, argv, overrides) -> Plan:
     """The sweep as Hydra will run it: the master config, then each job of the basic sweeper composed as its
-    launcher will compose it (`load_sweep_config`)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
+    launcher will compose it."""
     from mhalab.runs.slurm import check_launcher
 
     master = composer.sweep_config(overrides)
@@ -381,11 +363,7 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
 
     check_no_grant_in_config(master, list(_files(composer, master)))
     check_config(master)  # the launcher and Hydra's callbacks, before any job
-    params = [f"{k}={v}" for k, v in (OmegaConf.select(master, "hydra.sweeper.params", default=None) or {}).items()]
-    task = OmegaConf.to_container(master.hydra.overrides.task)  # as typed, as the sweeper reads them
-    parser = OverridesParser.create()
-    jobs = [list(job) for batch in BasicSweeper.split_arguments(parser.parse_overrides(params + task), None)
-            for job in batch]
+    jobs = composer.sweep_jobs(master, overrides)
     checked = []
     t0, said = time.perf_counter(), None
     for i, job in enumerate(jobs):
@@ -395,7 +373,7 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
             print(f"mhalab: checking the sweep's jobs before anything is written: {i}/{len(jobs)} "
                   f"({now - t0:.0f} s)", file=sys.stderr, flush=True)
         try:
-            cfg = composer.job_config(master, job, i)
+            cfg = composer.job_config(overrides, job, i)
             job_dir = os.path.join(sweep_dir, str(OmegaConf.select(cfg, "hydra.sweep.subdir")))
             if Path(sweep_dir).resolve() not in Path(job_dir).resolve().parents:
                 raise ConfigError(f"hydra.sweep.subdir={OmegaConf.select(cfg, 'hydra.sweep.subdir')!r}: a job's "
@@ -420,272 +398,3 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
     if stops_as_a_whole(master.hydra):
         plan.sweep_dir = Path(plan.resume_dir or sweep_dir).resolve()
     return plan
-
-
-# -- resuming ----------------------------------------------------------------------------------------------------
-
-DEFINING = Path(".hydra") / "defining.json"  # what a run computes: its resolved config (written as it starts)
-# keys that say where a run lives or how it is executed, never what it computes (results do not depend on
-# data.num_workers: tests/runs/test_resume.py)
-NOT_DEFINING = ("hydra", "resume", "paths", "fault", "logger", "allowed_targets", "optimized_metric",
-                "data.num_workers", "data.cache_dir", "data.hf_cache_dir")
-# keys added to the schema after runs were recorded, with the value those runs had: a run started before a key
-# existed computed what its default computes, and resumes under it
-ADDED_KEYS = {"model.compile": False, "model.compile_backend": "inductor", "optim.fused": None}
-
-
-def _parent(tree: dict, key: str) -> tuple[dict | None, str]:
-    """The dict that holds dotted `key` in a nested dict (None where a parent is missing), and the key's last part."""
-    *parents, last = key.split(".")
-    node = tree
-    for p in parents:
-        node = node.get(p) if isinstance(node, dict) else None
-    return (node if isinstance(node, dict) else None), last
-
-
-def defining(plain: dict) -> dict:
-    """The resolved config without NOT_DEFINING: two runs with the same compute the same."""
-    out = json.loads(json.dumps(plain, default=str))
-    for key in NOT_DEFINING:
-        node, last = _parent(out, key)
-        if node is not None:
-            node.pop(last, None)
-    return out
-
-
-def write_defining(run_dir: Path, plain: dict) -> None:
-    """Record what a starting run computes (its resolved config), for `resume` to match on."""
-    path = Path(run_dir) / DEFINING
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(defining(plain), indent=1, sort_keys=True))
-    os.replace(tmp, path)
-
-
-def run_defining(run_dir: Path) -> dict | None:
-    """What a run recorded that it computes, or None (not started by this mhalab, or unreadable); keys the schema
-    gained since (ADDED_KEYS) at the value the run had."""
-    try:
-        recorded = json.loads((Path(run_dir) / DEFINING).read_text())
-    except (OSError, ValueError):
-        return None
-    for key, value in ADDED_KEYS.items():
-        node, last = _parent(recorded, key)
-        if node is not None:
-            node.setdefault(last, value)
-    return recorded
-
-
-def differences(a: dict | None, b: dict, prefix: str = "") -> list[str]:
-    """The dotted keys whose resolved values differ between two defining configs."""
-    if not isinstance(a, dict) or not isinstance(b, dict):
-        return [prefix or "the config"] if a != b else []
-    out = []
-    for key in sorted(set(a) | set(b)):
-        out += differences(a.get(key), b.get(key), f"{prefix}.{key}" if prefix else key) \
-            if isinstance(a.get(key), dict) and isinstance(b.get(key), dict) else \
-            ([f"{prefix}.{key}" if prefix else key] if a.get(key) != b.get(key) else [])
-    return out
-
-
-def run_status(run_dir: Path) -> str | None:
-    """The status in a run's summary.json ("ok", "failed", "interrupted"), or None without a readable one."""
-    from mhalab.runs.summary import read_summary
-
-    if not (run_dir / SUMMARY).is_file():
-        return None
-    try:
-        return read_summary(run_dir).status
-    except ConfigError:
-        return None
-
-
-def resume_target(tc, runs_dir: Path) -> Path | None:
-    """The run directory `resume` continues, matched on the resolved config; None when that run has finished."""
-    if tc.resume is True:
-        same = [d for d in (runs_dir.iterdir() if runs_dir.is_dir() else [])
-                if d.is_dir() and run_defining(d) == tc.defining]
-        unfinished = [d for d in same if run_status(d) != "ok"]
-        if not unfinished:
-            if same:
-                raise Finished(max(same, key=lambda d: d.name))
-            raise ConfigError(f"resume=true: no run under {runs_dir} has this config; run without resume, or "
-                              "give resume=<run_dir>")
-        run_dir = max(unfinished, key=lambda d: d.name)  # names start with the start time
-    else:
-        run_dir = Path(str(tc.resume)).expanduser().resolve()
-        if not (run_dir / ".hydra").is_dir():
-            raise ConfigError(f"resume={tc.resume}: {run_dir} is not a run directory (no .hydra folder)")
-        check_unlocked(run_dir)
-        theirs = run_defining(run_dir)
-        if theirs is None:
-            raise ConfigError(f"resume={tc.resume}: that run has no {DEFINING} (started by an older mhalab); "
-                              "start it again")
-        diff = differences(theirs, tc.defining)
-        if diff:
-            raise ConfigError(f"resume={tc.resume}: that run was started with other values of {', '.join(diff[:5])}; "
-                              "give the same config to resume it")
-        if run_status(run_dir) == "ok":
-            raise Finished(run_dir)
-    check_unlocked(run_dir)
-    from mhalab.config.writes import check_links
-
-    check_links(run_dir, run_dir, "resume there")  # a resumed run writes its files there by their fixed names
-    return run_dir.resolve()
-
-
-def resume_sweep(tc, jobs: list, multiruns_dir: Path) -> Path:
-    """The sweep directory a multirun `resume` continues: each job folder there holds that job's config (or
-    nothing yet)."""
-    def matches(sweep_dir: Path) -> bool:
-        return all(run_defining(sweep_dir / str(i)) in (None, job.defining) for i, job in enumerate(jobs))
-
-    if tc.resume is True:
-        found = sorted((d for d in (multiruns_dir.iterdir() if multiruns_dir.is_dir() else [])
-                        if d.is_dir() and any(run_defining(d / str(i)) for i in range(len(jobs))) and matches(d)),
-                       key=lambda d: d.name)
-        if not found:
-            raise ConfigError(f"resume=true: no sweep under {multiruns_dir} has these jobs; run without resume, or "
-                              "give resume=<sweep_dir>")
-        sweep_dir = found[-1]
-    else:
-        sweep_dir = Path(str(tc.resume)).expanduser().resolve()
-        if not sweep_dir.is_dir() or not matches(sweep_dir):
-            raise ConfigError(f"resume={tc.resume}: the job folders there do not hold these jobs' configs "
-                              "(the sweep must be given exactly as it was started)")
-    for i in range(len(jobs)):
-        if (sweep_dir / str(i)).is_dir():
-            check_unlocked(sweep_dir / str(i))
-    from mhalab.config.writes import check_links
-
-    check_links(sweep_dir, sweep_dir, "resume the sweep there")
-    return sweep_dir.resolve()
-
-
-RUN_MARKS = (SUMMARY, "checkpoints", ".hydra")  # what a started run leaves in its directory
-
-
-def holds_run(directory: Path) -> list[str]:
-    """What of a run (RUN_MARKS) a directory holds; empty when none."""
-    return [m for m in RUN_MARKS if (directory / m).exists()]
-
-
-def check_not_a_run(directory: Path, key: str) -> None:
-    """ConfigError when a run directory (`hydra.run.dir`) or a sweep directory (`hydra.sweep.dir`: any of its job
-    folders) already holds a run: a new run there would replace its results. A requeued SLURM job continues in its
-    own directory, and DDP's other ranks work in rank 0's."""
-    from mhalab.runs.slurm import requeued
-
-    if requeued() or launcher_rank() > 0 or not directory.is_dir():
-        return
-    found = holds_run(directory)
-    if key == "hydra.sweep.dir":
-        found += [f"{d.name}/{m}" for d in sorted(directory.iterdir()) if d.is_dir() for m in holds_run(d)]
-    if found:
-        raise ConfigError(f"{key}={directory} already holds a run ({', '.join(found[:3])}): a new run there would "
-                          f"replace its results; resume it with resume={directory}, or choose a new directory "
-                          f"(leave {key} out and each command gets its own)")
-
-
-class Finished(Exception):
-    """The run to resume has finished: nothing to do (not an error)."""
-
-    def __init__(self, run_dir: Path):
-        self.run_dir = run_dir
-        super().__init__(f"{run_dir} has finished (summary.json status ok); nothing to resume")
-
-
-# -- locking -------------------------------------------------------------------------------------------------------
-
-class RunLock:
-    """An exclusive lock on a run directory (flock on <run_dir>/.lock), held while a process works in it and
-    released by the kernel when the process dies, however it dies."""
-
-    def __init__(self, run_dir: Path):
-        self.path = Path(run_dir) / LOCK
-        self.fd: int | None = None
-
-    def acquire(self) -> None:
-        """Take the lock, or ConfigError naming its holder. A requeued SLURM job waits up to REQUEUE_WAIT_S for it:
-        SLURM may start the job again while its previous start is still saving and exiting."""
-        from mhalab.runs.slurm import requeued
-
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = self._open(os.O_RDWR | os.O_CREAT)
-        deadline = time.monotonic() + (REQUEUE_WAIT_S if requeued() else 0)
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() < deadline:
-                    time.sleep(0.5)
-                    continue
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
-                os.close(fd)
-                raise ConfigError(f"{self.path.parent} is in use by another process (pid {holder or '?'}); wait for "
-                                  "it or stop it before running there") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        self.fd = fd
-
-    def _open(self, flags: int) -> int:
-        """The lock file itself: a symbolic or hard link there (a copied run directory may hold one) would make
-        the pid written into it land in another file, so either is refused in one sentence."""
-        import stat
-
-        try:
-            fd = os.open(self.path, flags | os.O_NOFOLLOW, 0o644)
-        except OSError as e:
-            if self.path.is_symlink():
-                raise ConfigError(f"{self.path} is a symbolic link: a run directory's lock file must be a plain "
-                                  "file; remove the link") from None
-            raise ConfigError(f"{self.path} cannot be opened ({e.strerror})") from None
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
-            os.close(fd)
-            raise ConfigError(f"{self.path} is not a plain file of its own (a hard link or other file): a run "
-                              "directory's lock file must be a plain file; remove it")
-        return fd
-
-    def check(self) -> None:
-        """ConfigError naming the holder if another process holds the lock; writes nothing."""
-        fd = self._open(os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
-            raise ConfigError(f"{self.path.parent} is in use by another process (pid {holder or '?'}); wait for "
-                              "it or stop it before running there") from None
-        finally:
-            os.close(fd)
-
-    def release(self) -> None:
-        if self.fd is not None:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = None
-
-
-def launcher_rank() -> int:
-    """This process's rank when a launcher (Lightning's DDP, torchrun, SLURM tasks) started several; else 0."""
-    return int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0")) or 0)
-
-
-def check_unlocked(run_dir: Path) -> None:
-    """ConfigError if another process holds the run directory's lock (DDP's other ranks work in rank 0's run
-    directory, under its lock)."""
-    if launcher_rank() > 0:
-        return
-    lock = RunLock(run_dir)
-    if lock.path.exists() or lock.path.is_symlink():
-        lock.check()
-
-
-def remove_stale_temporaries(run_dir: Path) -> list[Path]:
-    """Temporary files an interrupted write left in a run directory (checkpoints, summary): removed, returned."""
-    stale = [p for pattern in (".*.ckpt.*.tmp", f".{SUMMARY}.*.tmp", "checkpoints/.*.tmp")
-             for p in Path(run_dir).glob(pattern) if p.is_file()]
-    for p in stale:
-        p.unlink(missing_ok=True)
-    return stale

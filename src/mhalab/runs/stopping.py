@@ -30,6 +30,7 @@ import threading
 import time
 from pathlib import Path
 
+from mhalab.atomic import write_atomic
 from mhalab.data.cache import pid_alive
 
 log = logging.getLogger("mhalab")
@@ -88,7 +89,7 @@ class StopSignals:
             os.environ[COMMAND_PID] = str(os.getpid())  # its workers (spawned from now on) watch this process
             (Path(sweep_dir) / STOPPED).unlink(missing_ok=True)
             self.sweep_dir = Path(sweep_dir)
-            for name in LAUNCHER_LOGGERS:
+            for name in launcher_loggers():
                 if not any(isinstance(f, UnstartedJobs) for f in logging.getLogger(name).filters):
                     logging.getLogger(name).addFilter(UnstartedJobs())
             if self.received is not None:
@@ -163,7 +164,14 @@ class StopSignals:
 
 SIGNALS = StopSignals()
 # the loggers of Hydra's local launchers, which announce each job ("\t#1 : seed=1") before it starts
-LAUNCHER_LOGGERS = ("hydra._internal.core_plugins.basic_launcher", "hydra_plugins.hydra_joblib_launcher._core")
+JOBLIB_LOGGER = "hydra_plugins.hydra_joblib_launcher._core"
+
+
+def launcher_loggers() -> tuple[str, str]:
+    """The loggers of Hydra's basic launcher (its module: `mhalab.targets.hydra_basic`) and joblib's."""
+    from mhalab.targets import hydra_basic
+
+    return hydra_basic("launcher").rpartition(".")[0], JOBLIB_LOGGER
 
 
 class UnstartedJobs(logging.Filter):
@@ -214,9 +222,7 @@ def mark_stopped(sweep_dir: Path, signum: int) -> None:
     try:
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f"{STOPPED}.{os.getpid()}.tmp")
-            tmp.write_text(str(signum))
-            os.replace(tmp, path)  # a reader never sees an empty mark
+            write_atomic(path, str(signum))  # a reader never sees an empty mark
     except OSError:  # an unwritable sweep directory: its jobs still stop on their own signal
         pass
 

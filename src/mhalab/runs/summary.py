@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 from typing_extensions import TypedDict
 
+from mhalab.atomic import write_atomic
 from mhalab.errors import ConfigError
 
 SCHEMA_VERSION = 1
@@ -98,17 +99,7 @@ def write_summary(run_dir: str | Path, summary: RunSummary) -> Path:
     """Write <run_dir>/summary.json atomically (temporary file, fsync, rename): a reader never sees half a file."""
     path = Path(run_dir) / SUMMARY
     data = _finite(dataclasses.asdict(summary))
-    tmp = path.with_name(f".{SUMMARY}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=2, allow_nan=False)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise OSError(e.errno, e.strerror, str(path)) from None
-    return path
+    return write_atomic(path, json.dumps(data, indent=2, allow_nan=False))
 
 
 def read_summary(run_dir: str | Path) -> RunSummary:

@@ -30,7 +30,7 @@ from mhalab import faults
 from mhalab import head_statistics as S
 from mhalab.errors import ConfigError
 from mhalab.heads import head_label
-from mhalab.runs.preflight import LAST
+from mhalab.runs.rundir import LAST
 from mhalab.config.schema import StatsConfig
 from mhalab.runs.stopping import SIGNALS, Interrupted
 from mhalab.training.console import HEARTBEAT, StepEta, duration
@@ -361,7 +361,11 @@ def validation_due(trainer) -> bool:
     """Whether Lightning validates right after the current training batch (Lightning's own predicate).
 
     A checkpoint must not be taken at such a batch's end: restoring one, Lightning assumes the validation that
-    followed it already ran and skips it. The validation end writes the checkpoint instead."""
+    followed it already ran and skips it. The validation end writes the checkpoint instead.
+
+    Lightning has no public way to ask this; checked on lightning 2.6.6. Its predicate weighs private state (the
+    last batch of an iterable, a requested early stop, a time-based val_check_interval), so it is asked rather than
+    recomputed from the public settings, which would differ from it in those cases."""
     loop = trainer.fit_loop
     return bool(loop.epoch_loop._should_check_val_fx(loop._data_fetcher))
 
@@ -475,16 +479,15 @@ class GracefulStop(Checkpoint):
 
 
 class FaultInjection(L.Callback):
-    """Deliberate failures for testing recovery (the `fault` node; all off by default).
+    """Deliberate failures for testing recovery, added only when MHALAB_FAULTS is set (`mhalab.faults`).
 
     kill_at_step: SIGKILL this process before optimizer step N (a crash mid-epoch, nothing flushed).
     nan_at_step: fill one weight with NaN before step N, so the loss turns NaN through the real code path.
-    kill_at: SIGKILL at a named point (see `mhalab.faults.POINTS`), armed for the whole process.
+    kill_at: SIGKILL at a named point (`mhalab.faults.point`), read from MHALAB_FAULTS by the faults module.
     """
 
     def __init__(self, kill_at_step: int | None = None, nan_at_step: int | None = None, kill_at: str | None = None):
         self.kill_at_step, self.nan_at_step = kill_at_step, nan_at_step
-        faults.arm(kill_at)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         step = trainer.global_step

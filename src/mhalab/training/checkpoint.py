@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import os
 import pickle
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from mhalab import faults
+from mhalab.atomic import write_atomic
 from mhalab.errors import ConfigError
 from mhalab.architecture import Architecture
 from mhalab.runs.summary import RunSummary, read_summary
@@ -28,28 +28,15 @@ KEYS = ("arch", "optim", "token_bytes")  # the AttentionLitModule arguments a ch
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """torch.save to a temporary file in the same directory, fsync, then os.replace onto the target: a kill at any
-    moment leaves the old or the new checkpoint, never half of one. Loading is always weights_only."""
+    """torch.save, then `mhalab.atomic.write_atomic`: a kill at any moment leaves the old or the new checkpoint,
+    never half of one (private to its owner, as before). Loading is always weights_only."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            buffer = io.BytesIO()
-            torch.save(checkpoint, buffer)  # serialise first: a failed write then raises OSError, not torch's own
-            with os.fdopen(fd, "wb") as f:
-                f.write(buffer.getbuffer())
-                f.flush()
-                os.fsync(f.fileno())
-            faults.point("checkpoint_write")
-            os.replace(tmp, path)
-        except OSError as e:
-            Path(tmp).unlink(missing_ok=True)
-            raise OSError(e.errno, e.strerror, str(path)) from None
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)  # serialise first: a failed write then raises OSError, not torch's own
+        write_atomic(path, buffer.getvalue(), mode=0o600, before_replace=lambda: faults.point("checkpoint_write"))
 
     def load_checkpoint(self, path, map_location: Any | None = None, weights_only: bool | None = None):
         return super().load_checkpoint(path, map_location=map_location, weights_only=True)
@@ -124,7 +111,7 @@ def resume_from(run_dir: str | Path) -> Path:
     """<run_dir>/checkpoints/last.ckpt, for a resumed run, once it loads (`load_checkpoint`). A damaged one is one
     ConfigError naming it and the newest intact checkpoint beside it (by its step), which is offered, not used:
     continuing from an earlier step is not proven to end as the run would have."""
-    from mhalab.runs.preflight import LAST
+    from mhalab.runs.rundir import LAST
 
     last = Path(run_dir) / LAST
     try:

@@ -225,17 +225,18 @@ def unfinished_twin(plan, argv: list[str]) -> str | None:
     has: the line that names it and the command that continues it, else None."""
     import shlex
 
-    from mhalab.runs.preflight import check_unlocked, run_defining, run_status
+    from mhalab.runs.identity import run_identity, run_status
+    from mhalab.runs.rundir import check_unlocked
 
     if plan.multirun or plan.show_only or plan.resume_dir is not None or len(plan.jobs) != 1:
         return None
     tc = plan.jobs[0][1]
-    if tc.resume or getattr(tc, "defining", None) is None:
+    if tc.resume or getattr(tc, "identity", None) is None:
         return None
     runs_dir = Path(tc.paths.log_dir) / tc.task_name / "runs"
     twins = []
     for d in sorted(runs_dir.iterdir() if runs_dir.is_dir() else [], reverse=True):  # the latest first
-        if d.is_dir() and run_status(d) != "ok" and run_defining(d) == tc.defining:
+        if d.is_dir() and run_status(d) != "ok" and run_identity(d) == tc.identity:
             try:
                 check_unlocked(d)
             except ConfigError:  # another process runs it now

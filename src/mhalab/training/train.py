@@ -29,12 +29,13 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from mhalab.checks import available_cpus
-from mhalab.config.compose import parse_args
 from mhalab.config.schema import register
 from mhalab.errors import ConfigError
+from mhalab import faults
 from mhalab.runs import slurm, stopping
-from mhalab.runs.preflight import (LAST, Finished, RunLock, launcher_rank, new_command, preflight, register_resolvers,
-                                   remove_stale_temporaries, run_defining, run_status, validate)
+from mhalab.runs.identity import Finished, run_identity, run_status
+from mhalab.runs.preflight import new_command, preflight, register_resolvers, validate
+from mhalab.runs.rundir import LAST, RunLock, launcher_rank, remove_stale_temporaries
 from mhalab.runs.summary import RunSummary, read_summary, write_summary
 from mhalab.training.console import (check_sizes, header, quiet_lightning, result_line, unfinished_twin, usage,
                                      warn_if_repeating)
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
         print(usage(argv))
         return
     try:
-        plan = preflight(argv, run, keep_composer=True)
+        plan = preflight(argv, run)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -68,20 +69,16 @@ def main(argv: list[str] | None = None) -> None:
         stopping.SIGNALS.start_command(plan.sweep_dir)
     sys.argv = [sys.argv[0]] + plan.argv
     try:
-        if plan.composer is not None:  # one run: composed on what the preflight composed
-            plan.composer.launch_run(run, parse_args(plan.argv).overrides, plan.mode)
-        else:
-            hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")(run)()
+        hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")(run)()
     except KeyboardInterrupt:  # a worker that had not begun its job yet (joblib hands its KeyboardInterrupt on)
         if plan.sweep_dir is None or stopping.stopped(plan.sweep_dir) is None:
             raise
     finally:
-        plan.close()
         if handled:
             stopping.SIGNALS.uninstall()
     signum = stopping.stopped(plan.sweep_dir) if plan.sweep_dir is not None else None
     if signum is not None:
-        began = any(run_defining(d) for d in plan.sweep_dir.iterdir() if d.is_dir())
+        began = any(run_identity(d) for d in plan.sweep_dir.iterdir() if d.is_dir())
         print(stopping.sweep_stopped(argv, plan.sweep_dir, signum, began), file=sys.stderr)
         sys.exit(128 + signum)
 
@@ -154,7 +151,7 @@ def _run(cfg: DictConfig) -> float | None:
 def _check_running_job(cfg: DictConfig, hc, run_dir: Path):
     """The preflight's checks again on the config Hydra gave this job (what mhalab instantiates, where it writes,
     every value), then record what the run computes for `resume` to match on. Returns its TrainConfig."""
-    from mhalab.runs.preflight import defining, write_defining
+    from mhalab.runs.identity import identity, write_identity
     from mhalab.config.secrets import Redaction
     from mhalab.targets import check_config, check_resolved
     from mhalab.config.writes import check_writes
@@ -167,8 +164,8 @@ def _check_running_job(cfg: DictConfig, hc, run_dir: Path):
     tc = validate(cfg, plain)
     tc.redaction = Redaction.of(cfg)  # values from the environment: real in memory, redacted in files and loggers
     if launcher_rank() == 0:
-        write_defining(run_dir, tc.redaction(plain))
-    tc.defining = defining(tc.redaction(plain))
+        write_identity(run_dir, tc.redaction(plain))
+    tc.identity = identity(tc.redaction(plain))
     return tc
 
 
@@ -189,7 +186,7 @@ class _Job:
     base: RunSummary  # the summary so far: status, config, environment, then architecture, cost ...
     last: Any  # LastCheckpoint
     stop: Any  # GracefulStop
-    fault: Any  # FaultInjection
+    fault: Any  # FaultInjection, only when MHALAB_FAULTS is set (mhalab.faults)
     t_start: float
     trainer: Any = None  # the Lightning Trainer, once built
 
@@ -213,7 +210,8 @@ def train(tc, run_dir: Path, overrides: list[str], sweep_dir: Path | None = None
         remove_stale_temporaries(run_dir)
     last = LastCheckpoint(run_dir, tc.checkpoint.every_n_steps)
     stop = GracefulStop(last, sweep_dir)
-    fault = FaultInjection(**dataclasses.asdict(tc.fault))
+    wanted = faults.settings()
+    fault = FaultInjection(**wanted) if wanted else None
     torch.set_num_threads(tc.torch_threads or job_threads())  # before the environment is recorded
     base = RunSummary(status="ok", task=tc.data.task, objective=tc.data.objective, overrides=overrides,
                       config=tc.redaction(_plain(tc)), environment=_environment())
@@ -302,7 +300,7 @@ def _fit(job: _Job) -> RunSummary:
         log.info("resuming from %s", ckpt_path)
     loggers, callbacks = build_loggers_and_callbacks(tc, run_dir, resuming=ckpt_path == str(run_dir / LAST))
     best = _best_checkpoint(tc, run_dir)
-    callbacks += [best, last, StepSeed(tc.seed), stop, fault]
+    callbacks += [best, last, StepSeed(tc.seed), stop] + ([fault] if fault is not None else [])
     trainer = job.trainer = L.Trainer(**_trainer_kwargs(tc), default_root_dir=str(run_dir), callbacks=callbacks,
                                       logger=loggers or False, plugins=[AtomicCheckpointIO()],
                                       profiler=_profiler(tc, run_dir))
@@ -346,8 +344,6 @@ def _fit(job: _Job) -> RunSummary:
                   "stopped_early": tc.endpoint.stop_at_threshold and threshold_step == trainer.global_step})
     if trainer.is_global_zero:
         write_summary(run_dir, summary)
-    from mhalab import faults
-
     faults.point("after_summary")
     return summary
 
