@@ -310,7 +310,7 @@ class ProgressLog(L.Callback):
         rate = (pl_module.tokens_seen - self._tokens0) / max(elapsed, 1e-9)
         total = trainer.estimated_stepping_batches
         eta = self._eta.eta(total - step) if math.isfinite(total) else float("nan")
-        loss = trainer.callback_metrics.get("train/loss")
+        loss = getattr(pl_module, "_last_loss", None)  # the latest step's, which train/loss logs when written
         return (f"step {step}/{int(total) if math.isfinite(total) else '?'} | epoch {trainer.current_epoch} | "
                 f"train/loss {f'{float(loss):.4f}' if loss is not None else '-'} | {rate:.0f} tokens/s | "
                 f"ETA {duration(eta)}")

@@ -30,6 +30,18 @@ def lr_lambda(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: floa
     return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+def loss_read_after_batch(trainer) -> bool:
+    """Whether anything reads the step's train/loss from Lightning after the current training batch: its loggers
+    write (`log_every_n_steps`, or a stop), a validation follows (checkpoint and early-stopping callbacks read its
+    metrics there), the epoch or training ends, or a progress bar shows it. `ProgressLog` reads the module's own."""
+    from mhalab.training.callbacks import validation_due
+
+    return (trainer.progress_bar_callback is not None or trainer.should_stop
+            or trainer._logger_connector.should_update_logs  # Lightning's own predicate for writing step metrics
+            or trainer.fit_loop.epoch_loop.batch_progress.is_last_batch or validation_due(trainer)
+            or 0 < trainer.max_steps <= trainer.global_step)
+
+
 def adamw_kwargs(fused: bool | None, params) -> dict[str, Any]:
     """The implementation keyword of torch.optim.AdamW for `optim.fused` and where the parameters are: None (auto)
     gives {"fused": True} when every parameter is a floating-point tensor on a CUDA device and {} (torch's default,
@@ -118,14 +130,20 @@ class AttentionLitModule(L.LightningModule):
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         logits, labels = self.logits_and_labels(batch, training=True)
         loss = mean_cross_entropy(logits, labels)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"loss is {loss.item()} at step {self.global_step}")
+        value = loss.item()  # one read of the loss: the check, and train/loss below
+        if not math.isfinite(value):
+            raise FloatingPointError(f"loss is {value} at step {self.global_step}")
         self.tokens_seen += batch["input_ids"].numel()
         self._last_loss = loss.detach()
-        self.train_sums(batch_correct(logits.detach(), labels))  # train/acc needs no second loss
-        # the step's loss as a tensor: the value a MeanMetric of one batch gives, without its per-step `.to(device)`
-        self.log("train/loss", self._last_loss, on_step=True, on_epoch=False, prog_bar=True)
+        # train/acc needs no second loss; `update`, not the metric's call, which also computes the batch's own value
+        self.train_sums.update(batch_correct(logits.detach(), labels))
         return loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        # the step's loss as a tensor, handed to Lightning (0.5-1 ms a call) only after the batches where something
+        # reads it: there its loggers, callbacks and progress bar see what a call at every step gives them
+        if getattr(self, "_last_loss", None) is not None and loss_read_after_batch(self.trainer):
+            self.log("train/loss", self._last_loss, on_step=True, on_epoch=False, prog_bar=True)
 
     def on_train_epoch_end(self) -> None:
         if self.train_sums.update_called:  # not in an epoch a resumed run only finishes

@@ -300,7 +300,9 @@ def _fit(job: _Job) -> RunSummary:
         log.info("resuming from %s", ckpt_path)
     loggers, callbacks = build_loggers_and_callbacks(tc, run_dir, resuming=ckpt_path == str(run_dir / LAST))
     best = _best_checkpoint(tc, run_dir)
-    callbacks += [best, last, StepSeed(tc.seed), stop, fault]
+    armed = any(v is not None for v in dataclasses.asdict(tc.fault).values())
+    # Lightning calls every hook of every callback at every step: the fault injector only when a fault is set
+    callbacks += [best, last, StepSeed(tc.seed), stop, *([fault] if armed else [])]
     trainer = job.trainer = L.Trainer(**_trainer_kwargs(tc), default_root_dir=str(run_dir), callbacks=callbacks,
                                       logger=loggers or False, plugins=[AtomicCheckpointIO()],
                                       profiler=_profiler(tc, run_dir))
