@@ -155,8 +155,10 @@ def test_bench_overhead_times_a_real_run_against_its_plain_loop(tmp_path, data_c
     for r in result["rows"]:
         assert r["run_ms"] > 0 and r["plain_ms"] > 0 and r["ratio"] == pytest.approx(r["run_ms"] / r["plain_ms"])
         assert 0 < r["run_peak"] < 1 and 0 < r["plain_peak"] < 1 and r["peak_gflops"] > 0
+        assert r["cpu_ratio"] > 0  # process CPU time per step, both sides
     report = (out / "report.md").read_text()
     assert "median run / plain" in report and "plain loop" in report
+    assert f"in process CPU time (what other work on a loaded machine moves least): {result['cpu_ratio']:.3f}" in report
 
 
 def test_bench_overhead_settings_are_checked():
