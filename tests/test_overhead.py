@@ -190,5 +190,6 @@ def test_the_sweep_figure_times_a_real_sweep_against_one_plain_process(tmp_path)
     assert got["runs"] == 2 and got["steps"] == 3 and len(got["rows"]) == 1
     row = got["rows"][0]
     assert row["sweep_s"] > 0 and row["plain_s"] > 0 and got["ratio"] == pytest.approx(row["sweep_s"] / row["plain_s"])
+    assert row["sweep_cpu_s"] > 0 and got["cpu_ratio"] == pytest.approx(row["sweep_cpu_s"] / row["plain_cpu_s"])
     jobs = sorted((tmp_path / "sweep0").rglob("summary.json"))
     assert len(jobs) == 2 and all(json.loads(p.read_text())["status"] == "ok" for p in jobs)
