@@ -34,12 +34,13 @@ def loss_read_after_batch(trainer) -> bool:
     """Whether anything reads the step's train/loss from Lightning after the current training batch: its loggers
     write (`log_every_n_steps`, or a stop), a validation follows (checkpoint and early-stopping callbacks read its
     metrics there), the epoch or training ends, or a progress bar shows it. `ProgressLog` reads the module's own."""
-    from mhalab.training.callbacks import validation_due
-
+    loop = trainer.fit_loop
     return (trainer.progress_bar_callback is not None or trainer.should_stop
             or trainer._logger_connector.should_update_logs  # Lightning's own predicate for writing step metrics
-            or trainer.fit_loop.epoch_loop.batch_progress.is_last_batch or validation_due(trainer)
-            or 0 < trainer.max_steps <= trainer.global_step)
+            or loop.epoch_loop.batch_progress.is_last_batch or 0 < trainer.max_steps <= trainer.global_step
+            # Lightning's own predicate for validating after this batch (`callbacks.validation_due`, which this
+            # module cannot import: callbacks imports what imports this module)
+            or bool(loop.epoch_loop._should_check_val_fx(loop._data_fetcher)))
 
 
 def adamw_kwargs(fused: bool | None, params) -> dict[str, Any]:
