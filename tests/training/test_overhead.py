@@ -155,8 +155,10 @@ def test_bench_overhead_times_a_real_run_against_its_plain_loop(tmp_path, data_c
     for r in result["rows"]:
         assert r["run_ms"] > 0 and r["plain_ms"] > 0 and r["ratio"] == pytest.approx(r["run_ms"] / r["plain_ms"])
         assert 0 < r["run_peak"] < 1 and 0 < r["plain_peak"] < 1 and r["peak_gflops"] > 0
+        assert r["cpu_ratio"] > 0  # process CPU time per step, both sides
     report = (out / "report.md").read_text()
     assert "median run / plain" in report and "plain loop" in report
+    assert f"in process CPU time (what other work on a loaded machine moves least): {result['cpu_ratio']:.3f}" in report
 
 
 def test_bench_overhead_settings_are_checked():
@@ -191,5 +193,6 @@ def test_the_sweep_figure_times_a_real_sweep_against_one_plain_process(tmp_path)
     assert got["runs"] == 2 and got["steps"] == 3 and len(got["rows"]) == 1
     row = got["rows"][0]
     assert row["sweep_s"] > 0 and row["plain_s"] > 0 and got["ratio"] == pytest.approx(row["sweep_s"] / row["plain_s"])
+    assert row["sweep_cpu_s"] > 0 and got["cpu_ratio"] == pytest.approx(row["sweep_cpu_s"] / row["plain_cpu_s"])
     jobs = sorted((tmp_path / "sweep0").rglob("summary.json"))
     assert len(jobs) == 2 and all(json.loads(p.read_text())["status"] == "ok" for p in jobs)

@@ -9,7 +9,8 @@ architecture with the run's starting weights, AdamW with the same parameter grou
 schedule and gradient clipping, and batches drawn once from the run's own training loader and then indexed in
 memory. Both sides run on the same threads (`torch_threads` of the recipe); the plain loop without
 `torch.use_deterministic_algorithms` (a plain loop does not ask for it, so the run's setting counts as its cost). Reported: the median of the per-round ratios run / plain, and each
-side's fraction of the matmul peak measured in the same rounds (model FLOPs: `mhalab.cost.train_flops`).
+side's fraction of the matmul peak measured in the same rounds (model FLOPs: `mhalab.cost.train_flops`), and the
+median ratio of process CPU time per step, which other work on a loaded machine moves far less than wall time.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from mhalab.bench.config import OverheadConfig
 
 COLUMNS = [("round", "round", "d"), ("run_ms", "run ms/step", ".2f"), ("plain_ms", "plain ms/step", ".2f"),
            ("ratio", "run / plain", ".3f"), ("peak_gflops", "matmul peak GFLOP/s", ".1f"),
-           ("run_peak", "run / peak", ".3f"), ("plain_peak", "plain / peak", ".3f")]
+           ("run_peak", "run / peak", ".3f"), ("plain_peak", "plain / peak", ".3f"),
+           ("cpu_ratio", "run / plain (CPU)", ".3f")]
 
 
 class PlainRounds(L.Callback):
@@ -44,6 +46,7 @@ class PlainRounds(L.Callback):
         self.rows: list[dict] = []
         self.flops_per_step = 0
         self._t: float | None = None
+        self._cpu: float | None = None  # process CPU seconds at self._t: on a loaded machine wall time is others'
         PlainRounds.last = self
 
     def on_train_start(self, trainer, pl_module) -> None:
@@ -60,25 +63,25 @@ class PlainRounds(L.Callback):
         step = trainer.global_step
         if step < self.warmup or (step - self.warmup) % self.steps or len(self.rows) >= self.rounds:
             return
-        now = time.perf_counter()
+        now, cpu = time.perf_counter(), time.process_time()
         if self._t is not None:
-            run_s = (now - self._t) / self.steps
+            run_s, run_cpu = (now - self._t) / self.steps, (cpu - self._cpu) / self.steps
             deterministic = (torch.are_deterministic_algorithms_enabled(),
                              torch.is_deterministic_algorithms_warn_only_enabled())
             torch.use_deterministic_algorithms(False)  # a plain loop does not ask for it; the run's setting is its cost
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             for _ in range(self.steps):
                 self.plain_step()
-            plain_s = (time.perf_counter() - t) / self.steps
+            plain_s, plain_cpu = (time.perf_counter() - t) / self.steps, (time.process_time() - c) / self.steps
             torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
             peak = self.peak()
             self.rows.append({"round": len(self.rows) + 1, "run_ms": 1e3 * run_s, "plain_ms": 1e3 * plain_s,
                               "ratio": run_s / plain_s, "peak_gflops": peak / 1e9,
                               "run_peak": self.flops_per_step / run_s / peak,
-                              "plain_peak": self.flops_per_step / plain_s / peak})
+                              "plain_peak": self.flops_per_step / plain_s / peak, "cpu_ratio": run_cpu / plain_cpu})
             print(f"round {len(self.rows)}/{self.rounds}: run {1e3 * run_s:.2f} ms/step, plain {1e3 * plain_s:.2f}, "
-                  f"ratio {run_s / plain_s:.3f}", flush=True)
-        self._t = time.perf_counter()
+                  f"ratio {run_s / plain_s:.3f} (CPU {run_cpu / plain_cpu:.3f})", flush=True)
+        self._t, self._cpu = time.perf_counter(), time.process_time()
 
     def peak(self, repeats: int = 5) -> float:
         """FLOP/s of the best of `repeats` float32 peak_size^3 matmuls on the threads the run uses."""
@@ -165,7 +168,8 @@ def run_overhead(cfg: OverheadConfig) -> dict:
     rows = rounds.rows
     if len(rows) < cfg.rounds:
         raise RuntimeError(f"the run stopped after {len(rows)} of {cfg.rounds} rounds")
-    med = {k: statistics.median(r[k] for r in rows) for k in ("ratio", "run_peak", "plain_peak", "peak_gflops")}
+    med = {k: statistics.median(r[k] for r in rows)
+           for k in ("ratio", "run_peak", "plain_peak", "peak_gflops", "cpu_ratio")}
     info["loadavg_end"] = loadavg()
     info["torch_threads"] = torch.get_num_threads()
     info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
@@ -183,7 +187,8 @@ def run_overhead(cfg: OverheadConfig) -> dict:
               f"{md_table(rows, COLUMNS)}\n\n"
               f"**median run / plain: {med['ratio']:.3f}** ({verdict} the goal of {cfg.goal:g}); fraction of the "
               f"float32 matmul peak ({med['peak_gflops']:.1f} GFLOP/s, measured each round): run "
-              f"**{med['run_peak']:.3f}**, plain **{med['plain_peak']:.3f}**\n")
+              f"**{med['run_peak']:.3f}**, plain **{med['plain_peak']:.3f}**; median run / plain in process CPU time "
+              f"(what other work on a loaded machine moves least): {med['cpu_ratio']:.3f}\n")
     write(out, result, report, [("overhead", rows)])
     print(report)
     return result

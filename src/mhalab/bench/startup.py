@@ -38,7 +38,8 @@ COLUMNS = [("round", "round", "d"), ("baseline_s", "baseline wall s", ".2f"), ("
            ("run_cpu_s", "run CPU s", ".2f"), ("cpu_ratio", "run / baseline (CPU)", ".3f"),
            ("frozen_s", "frozen baseline wall s", ".2f"), ("frozen_ratio", "run / frozen baseline (wall)", ".3f")]
 SWEEP_COLUMNS = [("round", "round", "d"), ("sweep_s", "sweep wall s", ".1f"), ("plain_s", "plain process wall s", ".1f"),
-                 ("ratio", "sweep / plain", ".3f")]
+                 ("ratio", "sweep / plain", ".3f"), ("sweep_cpu_s", "sweep CPU s", ".1f"),
+                 ("plain_cpu_s", "plain process CPU s", ".1f"), ("cpu_ratio", "sweep / plain (CPU)", ".3f")]
 
 
 def timed(cmd: list[str], env: dict) -> tuple[float, float]:
@@ -103,7 +104,7 @@ def run_startup(cfg: StartupConfig) -> dict:
                    f"validation and test) against the same runs in one plain PyTorch process "
                    f"(`mhalab.bench.sweep.PLAIN_SWEEP`), {cfg.sweep_rounds} alternating rounds:\n\n"
                    f"{md_table(sweep['rows'], SWEEP_COLUMNS)}\n\n**median sweep / plain: {sweep['ratio']:.3f}** "
-                   f"({verdict} the goal of {cfg.sweep_goal:g})\n")
+                   f"({verdict} the goal of {cfg.sweep_goal:g}); in CPU time: {sweep['cpu_ratio']:.3f}\n")
     write(out, result, report, [("startup", rows), ("sweep", sweep["rows"] if sweep else None)])
     print(report)
     return result

@@ -5,12 +5,14 @@ another in one process, as the plain side runs them, each with its validation an
 (PLAIN_SWEEP) is what a plain PyTorch script would do for the same runs: read the same cached data with pyarrow,
 and for each seed `build_model` on the run's architecture, AdamW with the run's groups, schedule and clipping,
 `steps` steps on batches sliced from an in-memory tensor, then accuracy on validation and test. Both are whole
-processes on one thread, timed in alternating rounds; the figure is the median of the per-round ratios.
+processes on one thread, timed in alternating rounds; the figure is the median of the per-round ratios, of wall
+time and of CPU time (user + system; other work on a loaded machine moves it far less).
 """
 
 from __future__ import annotations
 
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -95,17 +97,23 @@ def time_sweep(cfg, env: dict, root: str) -> dict:
     rows = []
     for i in range(cfg.sweep_rounds):
         order = list(commands) if i % 2 == 0 else list(commands)[::-1]
-        got = {}
+        got, cpu = {}, {}
         for name in order:
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t = time.perf_counter()
             r = subprocess.run(commands[name], env={**env, "MHALAB_ROOT": f"{root}/sweep{i}"},
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             got[name] = time.perf_counter() - t
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu[name] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
             if r.returncode != 0:
                 raise RuntimeError(f"the {name} side failed (exit {r.returncode}): {r.stderr[-2000:]}")
         rows.append({"round": i + 1, "sweep_s": got["sweep"], "plain_s": got["plain"],
-                     "ratio": got["sweep"] / got["plain"]})
-        print(f"sweep round {i + 1}/{cfg.sweep_rounds}: sweep / plain {rows[-1]['ratio']:.3f}", flush=True)
+                     "ratio": got["sweep"] / got["plain"], "sweep_cpu_s": cpu["sweep"], "plain_cpu_s": cpu["plain"],
+                     "cpu_ratio": cpu["sweep"] / cpu["plain"]})
+        print(f"sweep round {i + 1}/{cfg.sweep_rounds}: sweep / plain {rows[-1]['ratio']:.3f} "
+              f"(CPU {rows[-1]['cpu_ratio']:.3f})", flush=True)
     return {"runs": cfg.sweep_runs, "steps": cfg.sweep_steps, "rows": rows,
             "ratio": statistics.median(r["ratio"] for r in rows),
+            "cpu_ratio": statistics.median(r["cpu_ratio"] for r in rows),
             "command": "mhalab train " + " ".join(commands["sweep"][4:])}

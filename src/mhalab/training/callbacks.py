@@ -26,6 +26,7 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint
 from torch import Tensor
 
+from mhalab.training.lightning_private import validation_due
 from mhalab import faults
 from mhalab import head_statistics as S
 from mhalab.errors import ConfigError
@@ -311,7 +312,7 @@ class ProgressLog(L.Callback):
         rate = (pl_module.tokens_seen - self._tokens0) / max(elapsed, 1e-9)
         total = trainer.estimated_stepping_batches
         eta = self._eta.eta(total - step) if math.isfinite(total) else float("nan")
-        loss = trainer.callback_metrics.get("train/loss")
+        loss = getattr(pl_module, "_last_loss", None)  # the latest step's, which train/loss logs when written
         return (f"step {step}/{int(total) if math.isfinite(total) else '?'} | epoch {trainer.current_epoch} | "
                 f"train/loss {f'{float(loss):.4f}' if loss is not None else '-'} | {rate:.0f} tokens/s | "
                 f"ETA {duration(eta)}")
@@ -355,19 +356,6 @@ def _count(batches: list) -> int | None:
     """The batches of all of an evaluation's dataloaders, None when one has no length."""
     total = sum(batches)
     return int(total) if math.isfinite(total) else None
-
-
-def validation_due(trainer) -> bool:
-    """Whether Lightning validates right after the current training batch (Lightning's own predicate).
-
-    A checkpoint must not be taken at such a batch's end: restoring one, Lightning assumes the validation that
-    followed it already ran and skips it. The validation end writes the checkpoint instead.
-
-    Lightning has no public way to ask this; checked on lightning 2.6.6. Its predicate weighs private state (the
-    last batch of an iterable, a requested early stop, a time-based val_check_interval), so it is asked rather than
-    recomputed from the public settings, which would differ from it in those cases."""
-    loop = trainer.fit_loop
-    return bool(loop.epoch_loop._should_check_val_fx(loop._data_fetcher))
 
 
 class LastCheckpoint(Checkpoint):

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 from torchmetrics import MaxMetric, Metric
 
+from mhalab.training.lightning_private import logs_due, restart_training_iterator, validation_due
 from mhalab.training.evaluation import batch_correct, batch_sums, mean_cross_entropy, metrics_from_sums
 from mhalab.stats import lower_is_better
 from mhalab.model import build_model
@@ -28,6 +29,16 @@ def lr_lambda(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: floa
         return (step + 1) / warmup_steps
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
     return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def loss_read_after_batch(trainer) -> bool:
+    """Whether anything reads the step's train/loss from Lightning after the current training batch: its loggers
+    write (`log_every_n_steps`, or a stop), a validation follows (checkpoint and early-stopping callbacks read its
+    metrics there), the epoch or training ends, or a progress bar shows it. `ProgressLog` reads the module's own."""
+    loop = trainer.fit_loop
+    return (trainer.progress_bar_callback is not None or trainer.should_stop or logs_due(trainer)
+            or loop.epoch_loop.batch_progress.is_last_batch or 0 < trainer.max_steps <= trainer.global_step
+            or validation_due(trainer))
 
 
 def adamw_kwargs(fused: bool | None, params) -> dict[str, Any]:
@@ -118,14 +129,20 @@ class AttentionLitModule(L.LightningModule):
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         logits, labels = self.logits_and_labels(batch, training=True)
         loss = mean_cross_entropy(logits, labels)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"loss is {loss.item()} at step {self.global_step}")
+        value = loss.item()  # one read of the loss: the check, and train/loss below
+        if not math.isfinite(value):
+            raise FloatingPointError(f"loss is {value} at step {self.global_step}")
         self.tokens_seen += batch["input_ids"].numel()
         self._last_loss = loss.detach()
-        self.train_sums(batch_correct(logits.detach(), labels))  # train/acc needs no second loss
-        # the step's loss as a tensor: the value a MeanMetric of one batch gives, without its per-step `.to(device)`
-        self.log("train/loss", self._last_loss, on_step=True, on_epoch=False, prog_bar=True)
+        # train/acc needs no second loss; `update`, not the metric's call, which also computes the batch's own value
+        self.train_sums.update(batch_correct(logits.detach(), labels))
         return loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        # the step's loss as a tensor, handed to Lightning (0.5-1 ms a call) only after the batches where something
+        # reads it: there its loggers, callbacks and progress bar see what a call at every step gives them
+        if getattr(self, "_last_loss", None) is not None and loss_read_after_batch(self.trainer):
+            self.log("train/loss", self._last_loss, on_step=True, on_epoch=False, prog_bar=True)
 
     def on_train_epoch_end(self) -> None:
         if self.train_sums.update_called:  # not in an epoch a resumed run only finishes
@@ -203,12 +220,7 @@ class AttentionLitModule(L.LightningModule):
         self._fit_start = time.perf_counter()
 
     def on_train_start(self) -> None:
-        loop = self.trainer.fit_loop
-        if loop.restarting and loop._data_fetcher is not None:
-            # Lightning made the training iterator before it restored the checkpoint (to count the steps); worker
-            # processes then already drew indices from the start of epoch 0. A fresh iterator asks the sampler for
-            # the restored position (mhalab.data.sampling.EpochSampler), so the run continues where it stopped.
-            iter(loop._data_fetcher)
+        restart_training_iterator(self.trainer)
 
     def on_fit_end(self) -> None:
         self.fit_s += time.perf_counter() - self._fit_start

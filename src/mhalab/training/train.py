@@ -305,8 +305,12 @@ def _fit(job: _Job) -> RunSummary:
                                       logger=loggers or False, plugins=[AtomicCheckpointIO()],
                                       profiler=_profiler(tc, run_dir))
     _start_wandb(loggers)
+    # the run's hyperparameters and then the module's, written once: Lightning would log the module's again at fit,
+    # validate and test, each time rewriting hparams.yaml (OmegaConf.save of the whole config, ~0.1 s a call)
+    module._log_hyperparams = False
+    hparams = {"config": base.config, "architecture": base.architecture, "cost": cost, **module.hparams_initial}
     for logger in loggers:
-        logger.log_hyperparams({"config": base.config, "architecture": base.architecture, "cost": cost})
+        logger.log_hyperparams(hparams)
     if tc.train:
         trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path, weights_only=True)
     stop.check()
