@@ -183,7 +183,7 @@ class UnstartedJobs(logging.Filter):
         sweep_dir = SIGNALS.sweep_dir
         if sweep_dir is None or not record.getMessage().lstrip().startswith("#"):
             return True
-        return record.name != LAUNCHER_LOGGERS[1] and stopped(sweep_dir) is None
+        return record.name != JOBLIB_LOGGER and stopped(sweep_dir) is None
 
 
 def announce_job(hc) -> None:
