@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from mhalab.errors import ConfigError
 
 if TYPE_CHECKING:
     from datasets import DatasetDict
 
-    from mhalab.data.config import DataConfig
+DataConfig = Any  # a mhalab.data.config.DataConfig, which builds its nodes from the tasks here (not imported: a cycle)
 
 
 @dataclass(frozen=True)
