@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from mhalab.checks import check_int
 from mhalab.data import mqar
@@ -22,9 +23,11 @@ class MqarConfig:
     n_test: int = 1000
     power_a: float = 0.01  # query gaps p(g) ~ g^(power_a - 1), Zoology's value
 
+    node: ClassVar[str] = "mqar"  # where these settings live: data.<node>
+
     def __post_init__(self):
         for key in ("n_train", "n_val", "n_test"):
-            check_int(f"data.mqar.{key}", getattr(self, key), 1)
+            check_int(f"data.{self.node}.{key}", getattr(self, key), 1)
 
 
 class Mqar(Task):

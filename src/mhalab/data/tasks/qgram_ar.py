@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from mhalab.checks import check_int
 from mhalab.data import qgram_ar
 from mhalab.data.tasks.base import TaskInfo
 from mhalab.data.tasks.mqar import Mqar, MqarConfig
@@ -19,9 +19,7 @@ class QgramConfig(MqarConfig):
     key_len: int = 2
     n_key_tokens: int = 2  # distinct key tokens per example; n_key_tokens ** key_len keys in all
 
-    def __post_init__(self):
-        for key in ("n_train", "n_val", "n_test"):
-            check_int(f"data.qgram_ar.{key}", getattr(self, key), 1)
+    node: ClassVar[str] = "qgram_ar"
 
 
 class QgramAr(Mqar):
