@@ -31,3 +31,16 @@ def test_final_figure_names_its_interval_and_reference_lines(tmp_path, monkeypat
     assert all("(-)" not in t.get_text() and "attention." not in t.get_text() for t in ax.get_xticklabels())
     page = (tmp_path / "sweep" / "report" / "report.html").read_text()
     assert "href='../0/plots/attention.html'" in page
+
+
+def test_the_comparison_table_names_an_untuned_arm_without_an_empty_cell():
+    """An arm with no tuned value is 'attention.n_heads=1', not 'attention.n_heads=1 (-)'; a tuned one keeps its cell."""
+    from mhalab.report.command import comparison_table
+
+    rows = [{"arm": "attention.n_heads=1", "arm_cell": "-", "endpoint": "final val/acc", "arm_value": "0.5",
+             "baseline_value": "0.6", "test": "permutation", "verdict": "not separated"},
+            {"arm": "attention.n_heads=2", "arm_cell": "optim.lr=0.001", "endpoint": "final val/acc", "arm_value": "0.5",
+             "baseline_value": "0.6", "test": "permutation", "verdict": "not separated"}]
+    text = comparison_table(rows).markdown()
+    assert "attention.n_heads=1 |" in text and "(-)" not in text
+    assert "attention.n_heads=2 (optim.lr=0.001)" in text

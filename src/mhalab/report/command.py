@@ -189,7 +189,8 @@ def comparison_table(comparisons: list[dict]) -> Table:
     for c in comparisons:
         diff = interval(c.get("estimate"), c.get("ci95_low"), c.get("ci95_high"), unbounded=c.get("p") is not None) \
             if c.get("estimate") is not None else "-"
-        t.add([f"{c['arm']} ({c['arm_cell']})", c["endpoint"], c["arm_value"], c["baseline_value"], diff, c["test"],
+        arm = c["arm"] if c["arm_cell"] == "-" else f"{c['arm']} ({c['arm_cell']})"  # a cell only where tuned
+        t.add([arm, c["endpoint"], c["arm_value"], c["baseline_value"], diff, c["test"],
                fmt_p(c.get("p")), fmt_p(c.get("p_holm")), c["verdict"]],
               bold=(4, 8) if c["verdict"] == "separated" else ())
     return t
