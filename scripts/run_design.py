@@ -12,8 +12,8 @@ stage writes a report (stage A alone; A with each fresh stage) beside the runs, 
 logs/EXPERIMENT/design/<stratum>/.
 
 Run from the folder that holds `logs/` (or set MHALAB_ROOT). The code is a frozen copy of the committed src/
-(git archive of HEAD, under logs/EXPERIMENT/design/code-<commit>/), so editing the tree while a design runs changes
-nothing; a tree with uncommitted changes under src/ is refused. Resumable: run the same command again; finished
+(git archive of HEAD when the design starts, under logs/EXPERIMENT/design/code-<commit>/, named in its state.json and
+used by every later stage), so editing the tree or committing while a design runs changes nothing; a tree with uncommitted changes under src/ is refused. Resumable: run the same command again; finished
 stages are skipped (logs/EXPERIMENT/design/state.json) and a started one continues with resume=true. Stage B does
 not start when the baseline's chosen cell left a stage-A run short of the endpoint threshold (censored baseline):
 the design then needs a longer budget, declared before anything more runs.
@@ -51,8 +51,15 @@ print(json.dumps({"task_name": t.task_name, "selection_seeds": t.endpoint.select
 """
 
 
-def frozen_code(dest: Path) -> Path:
-    """A copy of HEAD's src/ under dest/code-<commit> (made once); refuses a tree with uncommitted src/ changes."""
+def frozen_code(dest: Path, state: dict) -> Path:
+    """A copy of the committed src/ under dest/code-<commit>: HEAD's when the design starts (recorded in its
+    state), the recorded one when it resumes, so every stage of a design runs the same code; refuses to start a
+    design from a tree with uncommitted src/ changes."""
+    if state.get("code"):
+        code = dest / state["code"]
+        if not (code / "src" / "mhalab").is_dir():
+            sys.exit(f"this design started with the code in {code}, which is gone: restore it or start anew")
+        return code / "src"
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "src"], capture_output=True, text=True,
                            check=True).stdout.strip()
     if dirty:
@@ -63,6 +70,7 @@ def frozen_code(dest: Path) -> Path:
     if not (code / "src" / "mhalab").is_dir():
         tar = subprocess.run(["git", "-C", str(REPO), "archive", commit, "src"], capture_output=True, check=True)
         tarfile.open(fileobj=io.BytesIO(tar.stdout)).extractall(code, filter="data")
+    state["code"] = code.name
     return code / "src"
 
 
@@ -159,11 +167,6 @@ def main(argv: list[str]) -> None:
     p = plan(args.experiment, [], args.config_dir)
     base = root / "logs" / p["task_name"] / "design"
     base.mkdir(parents=True, exist_ok=True)
-    if not args.no_freeze:
-        os.environ["PYTHONPATH"] = str(frozen_code(base))
-    os.environ["PYTHONNOUSERSITE"] = "1"
-    print(f"design {args.experiment}: code {os.environ.get('PYTHONPATH', 'installed')}; extra overrides "
-          f"{extra or 'none'}", flush=True)
     numerics = [n for n in args.numerics.split(",") if n]
     for n in numerics:
         if n not in NUMERICS or n == "default":
@@ -175,6 +178,13 @@ def main(argv: list[str]) -> None:
         tmp = state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=1))
         tmp.replace(state_file)
+
+    if not args.no_freeze:
+        os.environ["PYTHONPATH"] = str(frozen_code(base, state))
+        save()
+    os.environ["PYTHONNOUSERSITE"] = "1"
+    print(f"design {args.experiment}: code {os.environ.get('PYTHONPATH', 'installed')}; extra overrides "
+          f"{extra or 'none'}", flush=True)
 
     strata = [s.split() for s in p["strata"]] or [[]]
     chosen = range(len(strata)) if args.strata is None else [int(i) for i in args.strata.split(",")]
