@@ -4,12 +4,22 @@ read without config groups or '(-)'; report.html links each run's interactive at
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 from mhalab.report.command import report
 from mhalab.report.figures import INTERVAL
 
-_spec = importlib.util.spec_from_file_location("report_tests", Path(__file__).parent / "test_report.py")
-report_tests = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(report_tests)
+
+
+def _tests(name: str):
+    """A sibling test module, for its helpers that write runs."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+report_tests = _tests("test_report")
 
 
 def test_final_figure_names_its_interval_and_reference_lines(tmp_path, monkeypatch):
@@ -44,3 +54,35 @@ def test_the_comparison_table_names_an_untuned_arm_without_an_empty_cell():
     text = comparison_table(rows).markdown()
     assert "attention.n_heads=1 |" in text and "(-)" not in text
     assert "attention.n_heads=2 (optim.lr=0.001)" in text
+
+
+def test_final_figure_draws_stage_a_runs_apart_from_the_tested_ones(tmp_path, monkeypatch):
+    """With declared stages, the filled dots and the mean are the stage-B runs the comparisons test; the stage-A runs
+    that chose the value are hollow, outside the mean, and the tick counts both."""
+    import numpy as np
+
+    from mhalab import stats as inf
+    from mhalab.report import figures
+
+    defaults = _tests("test_report_defaults")
+    drawn = {}
+    save = figures._save
+    monkeypatch.setattr(figures, "_save", lambda fig, path: drawn.setdefault(path.name, fig) and save(fig, path))
+    sel = [0, 1]
+    runs = [defaults._run(g, s, 1e-3, None, 0.40 + 0.01 * s + (0.2 if s in sel else 0.0), sel)
+            for g in (8, 1) for s in range(6)]
+    defaults._write(tmp_path, runs)
+    report([tmp_path], baseline="attention.n_kv_heads=8")
+    ax = drawn["final.png"].axes[0]
+    test_acc = {s: 0.40 + 0.01 * s + (0.2 if s in sel else 0.0) - 0.01 * (s % 3) for s in range(6)}  # _run's test/acc
+    hollow = [ln for ln in ax.get_lines() if ln.get_markerfacecolor() == "none"]
+    chose = sorted([test_acc[0], test_acc[1]] * 2)
+    assert sorted(float(y) for ln in hollow for y in ln.get_ydata()) == pytest.approx(chose)
+    tested = [test_acc[s] for s in range(2, 6)]
+    filled = [ln for ln in ax.get_lines() if ln.get_marker() == "o" and ln.get_markerfacecolor() != "none"]
+    dots = np.concatenate([ln.get_ydata() for ln in filled])
+    assert sorted(float(y) for y in dots) == pytest.approx(sorted(tested * 2))
+    means = [ln for ln in ax.get_lines() if ln.get_marker() == "s"]
+    assert [float(ln.get_ydata()[0]) for ln in means] == pytest.approx([inf.mean_ci(tested)[0]] * 2)
+    assert all("4 runs (+2 stage A)" in t.get_text() for t in ax.get_xticklabels())
+    assert "stage A: chose the value, not tested" in [t.get_text() for t in ax.get_legend().get_texts()]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mhalab import stats as inf
-from mhalab.report.arms import Arm, head_stats
+from mhalab.report.arms import Arm, Cell, head_stats
 from mhalab.report.runs import key_of
 
 
@@ -171,13 +171,24 @@ def _med(km: dict) -> str:
 
 
 def final(arms: list[Arm], metric: str, out: Path, levels: dict | None = None) -> Path:
-    """The final metric of every run (dots) with each arm's mean and its interval (stats.mean_ci; none with
-    fewer than 2 runs), at the chosen cells; the task's reference levels as labelled lines."""
+    """The final metric of every run at the chosen cells: the runs the comparisons test (filled dots) with their mean
+    and interval (stats.mean_ci; none with fewer than 2 runs), and, where the experiment declared stages, the stage-A
+    runs that chose the value (hollow dots, outside the mean); the task's reference levels as labelled lines."""
     colors = _colors(arms)
     fig = _fig(max(6.0, 1.3 * len(arms) + 3), 4.2)
     ax = fig.add_subplot()
+    ticks, chose_label = [], "stage A: chose the value, not tested"
     for i, a in enumerate(arms):
-        vals = [v for v in a.chosen.values(metric) if v is not None]
+        tested = a.chosen.at_stage("B")
+        chose = [r for r in a.chosen.runs if r.stage == "A"]
+        ticks.append(short(a.label) + (f"\n{short(a.chosen.label)}" if a.chosen.label != "-" else "")
+                     + f"\n{len(tested.runs)} runs" + (f" (+{len(chose)} stage A)" if chose else ""))
+        if chose:
+            vals = [v for v in Cell(a.chosen.cell, chose, a.chosen.metric).values(metric) if v is not None]
+            ax.plot([i - 0.2] * len(vals), vals, "o", mfc="none", color=colors[a.label], alpha=0.7, ms=5,
+                    label=chose_label)
+            chose_label = None  # one legend entry
+        vals = [v for v in tested.values(metric) if v is not None]
         if not vals:
             continue
         jitter = [i + 0.06 * ((k % 5) - 2) for k in range(len(vals))]
@@ -186,12 +197,11 @@ def final(arms: list[Arm], metric: str, out: Path, levels: dict | None = None) -
         ax.errorbar([i + 0.3], [m], yerr=[[m - (lo if lo is not None else m)], [(hi if hi is not None else m) - m]],
                     fmt="s", color="black", capsize=4, label=f"mean and {INTERVAL}" if i == 0 else None)
     reference_lines(ax, levels, metric)
-    ax.set_xticks(range(len(arms)), [short(a.label) + (f"\n{short(a.chosen.label)}" if a.chosen.label != "-" else "")
-                                     + f"\n{len(a.chosen.runs)} runs" for a in arms], fontsize=7)
+    ax.set_xticks(range(len(arms)), ticks, fontsize=7)
     ax.set_ylabel(metric)
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    ax.set_title("every run (dots) and the arm's mean (squares; bars: the interval, none for a single run)",
+    ax.set_title("every tested run (dots) and the arm's mean (squares; bars: the interval, none for a single run)",
                  fontsize=9)
     return _save(fig, out / "final.png")
 
