@@ -1,11 +1,11 @@
 """Exclusive locks on a file, one implementation for run directories (`mhalab.runs.rundir.RunLock`) and the
 data cache (`mhalab.data.cache.locked`): fcntl.flock on a file opened without following links, released by the
 kernel when the holder's process dies, however it dies. A holder may write its pid into the file, so a refusal
-names it.
+names it; `pid_alive` says whether a recorded pid still runs (the data cache's stale folders, a sweep's parent).
 
 Not the `filelock` package: filelock 4.3.1 releases every held lock in an atexit handler, while the process is
 still exiting, so a requeued SLURM job could take a run directory before its previous start has ended
-(tests/test_locks.py::test_a_requeued_slurm_job_waits_for_its_previous_start_to_let_go)."""
+(tests/runs/test_locks.py::test_a_requeued_slurm_job_waits_for_its_previous_start_to_let_go)."""
 
 from __future__ import annotations
 
@@ -62,3 +62,24 @@ def write_holder(fd: int) -> None:
 def holder(fd: int) -> str:
     """The pid the holder recorded, or '?'."""
     return os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host. A zombie does not: a SIGKILLed process stays one until its parent
+    reaps it (a sweep's workers, already handed to init, must not wait for that; its files are written no more)."""
+    if pid <= 0:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):  # no /proc (macOS): whether the pid exists
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True

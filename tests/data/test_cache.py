@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from mhalab import locks
 from mhalab.data import DataConfig, bbc_news, build_datamodule, cache, preprocessing
 
 SRC = Path(preprocessing.__file__).resolve().parents[2]
@@ -190,7 +191,7 @@ def test_load_cached_refuses_another_configs_folder(tmp_path, csv):
 def dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
-    assert not cache.pid_alive(proc.pid)
+    assert not locks.pid_alive(proc.pid)
     return proc.pid
 
 

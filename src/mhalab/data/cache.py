@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from mhalab import faults
-from mhalab.locks import lock, open_lock_file
+from mhalab.locks import lock, open_lock_file, pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -196,27 +196,6 @@ def locked(folder: Path, blocking: bool = True) -> Iterator[bool]:
         yield lock(fd, None if blocking else 0)
     finally:
         os.close(fd)  # releases the lock
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs on this host. A zombie does not: a SIGKILLed process stays one until its parent
-    reaps it (a sweep's workers, already handed to init, must not wait for that; its files are written no more)."""
-    if pid <= 0:
-        return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        return state not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-    except (OSError, IndexError):  # no /proc (macOS): whether the pid exists
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
 
 
 def remove_stale(parent: Path) -> None:

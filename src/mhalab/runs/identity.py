@@ -15,7 +15,7 @@ from mhalab.runs.summary import SUMMARY
 
 IDENTITY = Path(".hydra") / "defining.json"  # what a run computes: its resolved config (written as it starts)
 # keys that say where a run lives or how it is executed, never what it computes (results do not depend on
-# data.num_workers: tests/test_resume.py)
+# data.num_workers: tests/runs/test_resume.py)
 NOT_IDENTITY = ("hydra", "resume", "paths", "logger", "allowed_targets", "optimized_metric",
                 "data.num_workers", "data.cache_dir", "data.hf_cache_dir")
 # keys added to the schema after runs were recorded, with the value those runs had: a run started before a key

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from mhalab.atomic import write_atomic
-from mhalab.data.cache import pid_alive
+from mhalab.locks import pid_alive
 
 log = logging.getLogger("mhalab")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
