@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TINY
-from test_secrets import Listener  # one 127.0.0.1 listener for the network vectors
+from test_secrets import Listener, mhalab  # one 127.0.0.1 listener for the network vectors, one process runner
 
 pytestmark = pytest.mark.proc  # every test here starts real processes
 
@@ -31,29 +31,6 @@ def listener():
     ln = Listener()
     yield ln
     ln.close()
-
-
-def mhalab(root: Path, cache: Path, *args: str, tiny: bool = True, env: dict | None = None,
-           timeout: int = 300) -> subprocess.CompletedProcess:
-    """`mhalab train [flags] TINY args` as a real process in root (its runs under root/logs)."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "HF_")) and k != "MHALAB_ALLOW"}
-    full.update({"MHALAB_ROOT": str(root), "PYTHONPATH": str(REPO / "src"), "AWS_SECRET_ACCESS_KEY": SECRET,
-                 "WANDB_SILENT": "true", "WANDB_CONFIG_DIR": str(root / "wandb_home"),
-                 "WANDB_CACHE_DIR": str(root / "wandb_home"), "WANDB_DATA_DIR": str(root / "wandb_home")})
-    full.update(env or {})
-    flags, rest, args = [], [], list(args)
-    while args:  # Hydra's flags first, then the overrides
-        a = args.pop(0)
-        if a == "-m":
-            flags.append(a)
-        elif a in ("--config-dir", "--cfg"):
-            flags += [a, args.pop(0)]
-        else:
-            rest.append(a)
-    argv = [sys.executable, "-P", "-m", "mhalab", "train", *flags, *(TINY if tiny else []),
-            f"data.cache_dir={cache}", *rest]
-    root.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(argv, cwd=root, env=full, capture_output=True, text=True, timeout=timeout)
 
 
 def one_sentence(r: subprocess.CompletedProcess) -> str:

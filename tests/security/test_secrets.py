@@ -21,26 +21,28 @@ MARK = "<redacted: oc.env:AWS_SECRET_ACCESS_KEY>"
 ENV = "${oc.env:AWS_SECRET_ACCESS_KEY}"
 
 
-def mhalab(tmp_path: Path, data_cache: Path, *args: str, env: dict | None = None, tiny: bool = True,
+def mhalab(root: Path, cache: Path, *args: str, env: dict | None = None, tiny: bool = True,
            timeout: int = 300) -> subprocess.CompletedProcess:
-    """`mhalab train` as a real process in tmp_path, runs under tmp_path/logs, wandb's own folders in tmp_path."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_") and k != "MHALAB_ALLOW"}
-    full.update({"MHALAB_ROOT": str(tmp_path), "PYTHONPATH": str(REPO / "src"), "AWS_SECRET_ACCESS_KEY": SECRET,
-                 "WANDB_SILENT": "true", "WANDB_CONFIG_DIR": str(tmp_path / "wandb_home"),
-                 "WANDB_CACHE_DIR": str(tmp_path / "wandb_home"), "WANDB_DATA_DIR": str(tmp_path / "wandb_home")})
+    """`mhalab train [flags] TINY args` as a real process in root: its runs under root/logs, wandb's own folders in
+    root, no WANDB_/HF_ setting or allow-list inherited, the current folder not on sys.path (`-P`)."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "HF_")) and k != "MHALAB_ALLOW"}
+    full.update({"MHALAB_ROOT": str(root), "PYTHONPATH": str(REPO / "src"), "AWS_SECRET_ACCESS_KEY": SECRET,
+                 "WANDB_SILENT": "true", "WANDB_CONFIG_DIR": str(root / "wandb_home"),
+                 "WANDB_CACHE_DIR": str(root / "wandb_home"), "WANDB_DATA_DIR": str(root / "wandb_home")})
     full.update(env or {})
     flags, overrides, args = [], [], list(args)
     while args:  # Hydra's flags first, then the overrides
         a = args.pop(0)
         if a == "-m":
             flags.append(a)
-        elif a == "--config-dir":
+        elif a in ("--config-dir", "--cfg"):
             flags += [a, args.pop(0)]
         else:
             overrides.append(a)
-    argv = [sys.executable, "-m", "mhalab", "train", *flags, *(TINY if tiny else []), f"data.cache_dir={data_cache}"]
-    argv += overrides
-    return subprocess.run(argv, cwd=tmp_path, env=full, capture_output=True, text=True, timeout=timeout)
+    argv = [sys.executable, "-P", "-m", "mhalab", "train", *flags, *(TINY if tiny else []), f"data.cache_dir={cache}",
+            *overrides]
+    root.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(argv, cwd=root, env=full, capture_output=True, text=True, timeout=timeout)
 
 
 def leaks(root: Path, secret: str = SECRET) -> list[str]:
