@@ -9,7 +9,8 @@ those seeds (scripts/tuned_sweep.py's rule) and it is frozen; stage B runs each 
 design.stage_b_seeds, and each design.numerics_seeds entry runs it again on its own fresh seeds: avx2 with
 ATEN_CPU_CAPABILITY=avx2 (two jobs, one thread each), threads2 with 2 torch threads (one job at a time). Every
 stage writes a report (stage A alone; A with each fresh stage) beside the runs, under
-logs/EXPERIMENT/design/<stratum>/.
+logs/EXPERIMENT/design/<stratum>/, and `mhalab report --numerics` reads them side by side into stability.md there:
+each verdict stable under every numerics, or flipping.
 
 Run from the folder that holds `logs/` (or set MHALAB_ROOT). The code is a frozen copy of the committed src/
 (git archive of HEAD when the design starts, under logs/EXPERIMENT/design/code-<commit>/, named in its state.json and
@@ -149,6 +150,11 @@ def run_stratum(experiment: str, stratum: list[str], p: dict, numerics: list[str
         dirs = [stage(f"{name} {' '.join(arm)}", [f"seed={','.join(map(str, seeds))}", *arm, *chosen, *over], env)
                 for arm, chosen in cells]
         report([a_dir, *dirs], folder / f"report-{name}", p["baseline"])
+    made = [folder / f"report-{name}" / "report.json" for name, _, seeds in runs if seeds]
+    if len(made) > 1:  # each verdict stable or flipping across the numerics (stability.md beside the reports)
+        cmd = [*tuned_sweep.MHALAB, "report", "--numerics", *map(str, made), "--out", str(folder)]
+        print("$ mhalab report --numerics " + " ".join(cmd[4:]), flush=True)
+        subprocess.run(cmd, check=True)
 
 
 def main(argv: list[str]) -> None:

@@ -93,5 +93,8 @@ def test_runner_runs_every_stage_with_its_numerics_and_resumes(tmp_path):
             assert s["environment"]["aten_cpu_capability"] == cap
             assert s["config"]["optim"]["lr"] == float(chosen[f"attention.n_kv_heads={k}"].split("=")[1])
         assert (design / "all" / f"report-{name}" / "report.json").exists()
+    stability = json.loads((design / "all" / "stability.json").read_text())  # every verdict under every numerics
+    assert stability["numerics"] == ["B", "avx2", "threads2"] and stability["rows"]
+    assert stability["environment"]["avx2"]["aten_cpu_capability"] == "avx2"
     again = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "mhalab train" not in again.stdout and again.stdout.count(": done,") == 7

@@ -26,7 +26,7 @@ from typing import Any
 from mhalab import stats as inf
 from mhalab.config.writes import check_links
 from mhalab.errors import ConfigError
-from mhalab.report import figures
+from mhalab.report import figures, numerics
 from mhalab.report.options import ReportOptions
 from mhalab.report.arms import HEAD_STATS, Arm, apply_holm, arms_of, compare, head_stats, median_text, pick_baseline
 from mhalab.report.runs import COST, find_runs, place, seed_order, selection_seeds, the_metric, tuned_keys
@@ -390,6 +390,12 @@ def report_command(o: ReportOptions) -> int:
     """`mhalab report`: `report` on the options, its Markdown printed (or, with --table, the experiments table)."""
     if o.table:
         print(experiments_table(o.dirs))
+        return 0
+    if o.numerics:
+        result = numerics.stability(o.dirs)
+        out = Path(o.out) if o.out is not None else Path(o.dirs[0]).parent.parent  # beside the reports' folders
+        print(numerics.markdown(result))
+        print(f"wrote {numerics.write(result, out)}, stability.csv and stability.json")
         return 0
     r = report(o.dirs, o.out, o.metric, o.wandb, o.wandb_project, plots=o.plots, baseline=o.baseline)
     print(r["markdown"])
