@@ -14,7 +14,8 @@ from mhalab.stats import lower_is_better
 from mhalab.runs.summary import SUMMARY, RunSummary, read_summary
 
 IGNORED_KEYS = ("seed", "resume", "fault.", "hydra.", "hydra/", "data.num_workers", "paths.", "torch_threads",
-                "endpoint.selection_seeds")  # a run's stage is not its arm
+                "endpoint.selection_seeds")  # a run's stage is not its arm; `fault.`: overrides of runs recorded
+# before fault injection moved to the MHALAB_FAULTS environment variable
 DESIGN = ("n_heads", "n_kv_heads", "d_head", "d_model", "d_ff", "n_layers")
 COST = ("params", "flops_per_token", "attention_flops_per_token", "kv_cache_bytes_per_token")
 

@@ -17,7 +17,8 @@ IDENTITY = Path(".hydra") / "defining.json"  # what a run computes: its resolved
 # keys that say where a run lives or how it is executed, never what it computes (results do not depend on
 # data.num_workers: tests/runs/test_resume.py)
 NOT_IDENTITY = ("hydra", "resume", "paths", "logger", "allowed_targets", "optimized_metric",
-                "data.num_workers", "data.cache_dir", "data.hf_cache_dir")
+                "data.num_workers", "data.cache_dir", "data.hf_cache_dir")  # allowed_targets: in runs recorded
+# before the allow-list moved to the command line (`--allow`); stripped so that they resume as they did
 # keys added to the schema after runs were recorded, with the value those runs had: a run started before a key
 # existed computed what its default computes, and resumes under it
 ADDED_KEYS = {"model.compile": False, "model.compile_backend": "inductor", "optim.fused": None}
