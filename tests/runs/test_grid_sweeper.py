@@ -97,3 +97,50 @@ def test_a_grid_sweep_ends_as_under_hydras_basic_sweeper(tmp_path, data_cache, l
     assert grid.keys() == basic.keys() and len(grid) == 1 + 3 * 5
     for name in grid:
         assert grid[name] == basic[name], name
+
+
+class _Loader:
+    """A stand-in for Hydra's config loader that records what it is asked to compose."""
+
+    def __init__(self):
+        self.asked = []
+
+    def load_sweep_config(self, master, overrides):
+        self.asked.append(list(overrides))
+        return "composed"
+
+
+def _master():
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create({"hydra": {"overrides": {"hydra": ["hydra.sweep.dir=/s", "hydra.mode=MULTIRUN"]},
+                                       "job": {"config_name": "train"}}})
+
+
+def test_a_handed_config_is_taken_once_and_never_by_another_process():
+    """The launcher gets the config composed for exactly its overrides (the master's Hydra overrides, then the
+    job's), once; a second ask, other overrides, or a copy pickled for a worker process compose as Hydra would."""
+    import pickle
+
+    from omegaconf import OmegaConf
+
+    from mhalab.runs import sweeper
+
+    sweeper.forget()
+    job = OmegaConf.create({"seed": 0})
+    sweeper.hand_on("train", ["hydra.sweep.dir=/s", "hydra.mode=MULTIRUN", "seed=0"], job)
+    loader = sweeper.HandedConfigs(_Loader())
+    worker = pickle.loads(pickle.dumps(loader))
+    assert worker.load_sweep_config(_master(), ["seed=0"]) == "composed"  # the store stays in this process
+    assert loader.load_sweep_config(_master(), ["seed=1"]) == "composed"
+    assert loader.load_sweep_config(_master(), ["seed=0"]) is job and sweeper.handed() == 0
+    assert loader.load_sweep_config(_master(), ["seed=0"]) == "composed"
+    assert loader.loader.asked == [["seed=1"], ["seed=0"]] and worker.loader.asked == [["seed=0"]]
+
+
+def test_grid_sweepers_are_hydras_basic_and_mhalabs():
+    from mhalab.runs.sweeper import is_grid
+
+    assert is_grid("hydra._internal.core_plugins.basic_sweeper.BasicSweeper")
+    assert is_grid("hydra_plugins.mhalab_sweeper.GridSweeper")
+    assert not is_grid("hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper")

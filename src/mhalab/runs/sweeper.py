@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 log = logging.getLogger(__name__)
 GRID_SWEEPERS = (".BasicSweeper", ".GridSweeper")  # `_target_` endings of the sweepers that run a grid
-HAND_ON_MAX = 512  # jobs whose composed configs are kept for the launcher (about 1 MB each)
+HAND_ON_MAX = 256  # jobs whose composed configs are kept for the launcher (under 1 MB each)
 _HANDED: dict[tuple, DictConfig] = {}
 
 
