@@ -21,6 +21,7 @@ def test_the_wheel_carries_every_config_and_trains_from_elsewhere(tmp_path):
     shipped = {p.relative_to(REPO / "src").as_posix() for p in (REPO / "src" / "mhalab" / "conf").rglob("*.yaml")}
     assert shipped and shipped <= names, sorted(shipped - names)
     assert "mhalab/conf/train.yaml" in names and not any(n.startswith("build/") for n in names)
+    assert "hydra_plugins/mhalab_sweeper/__init__.py" in names  # the grid sweeper, where Hydra takes plugins from
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
                    check=True, capture_output=True, timeout=300)

@@ -55,7 +55,7 @@ ALLOWED_CLASSES = frozenset(
 )
 # mhalab's own classes meant to be named in a config (tests/config/test_targets.py checks each is a class)
 OWN_CLASSES = frozenset({"mhalab.training.callbacks.HeadStatsCallback", "mhalab.training.callbacks.ProgressLog",
-                         "mhalab.training.loggers.WandbLogger"})
+                         "mhalab.training.loggers.WandbLogger", "hydra_plugins.mhalab_sweeper.GridSweeper"})
 LOGGING_CLASSES = {
     "handlers": ("logging.StreamHandler", "logging.FileHandler", "logging.NullHandler",
                  "logging.handlers.RotatingFileHandler", "logging.handlers.TimedRotatingFileHandler",

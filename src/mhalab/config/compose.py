@@ -154,28 +154,27 @@ class Composer:
         return self._compose([o.input_line for o in parsed if not o.is_sweep_override()] + ["hydra.mode=MULTIRUN"])
 
     def sweep_jobs(self, master: DictConfig, overrides: list[str]) -> list[list[str]]:
-        """The jobs of a grid sweep, as Hydra's basic sweeper expands them: `hydra.sweeper.params`, then the command
-        line's overrides (a later value of a key replaces an earlier one), every combination, the first key slowest."""
+        """The jobs of a grid sweep, as Hydra's basic sweeper expands them (`grid`): `hydra.sweeper.params`, then the
+        command line's overrides other than Hydra's."""
         params = [f"{k}={v}" for k, v in (OmegaConf.select(master, "hydra.sweeper.params", default=None) or {}).items()]
-        axes: dict[str, list[str]] = {}
-        for o in _parsed(params + [line for line in overrides]):
-            if o.is_hydra_override():
-                continue
-            key = o.get_key_element()
-            if not o.is_sweep_override():
-                axes[key] = [f"{key}={o.get_value_element_as_str()}"]
-            elif o.is_discrete_sweep():
-                axes[key] = [f"{key}={v}" for v in o.sweep_string_iterator()]
-            else:
-                raise ConfigError(f"{o.input_line}: a {o.value_type.name} sweep needs a sweeper that draws values "
-                                  "(hydra/sweeper=search); the basic sweeper takes lists, ranges and globs")
-        return [list(job) for job in itertools.product(*axes.values())]
+        with _hydra_errors():
+            return grid([o.input_line for o in _parsed(params + list(overrides)) if not o.is_hydra_override()])
 
-    def job_config(self, overrides: list[str], job: list[str], num: int) -> DictConfig:
-        """A sweep job's config, as the launchers compose it: the command line's Hydra overrides and the job's."""
+    def launch_overrides(self, overrides: list[str], sweep_dir: str | None, multirun_flag: bool) -> list[str]:
+        """The Hydra overrides a sweep's launcher composes each job with (`hydra.overrides.hydra` of the master
+        config `hydra.main` composes): the command line's, then `hydra.sweep.dir=<sweep_dir>` when the preflight adds
+        it, then `hydra.mode=MULTIRUN` when Hydra adds it (-m, and no `hydra.mode` on the command line)."""
         hydra = [o.input_line for o in _parsed(overrides) if o.is_hydra_override()]
+        tail = [f"hydra.sweep.dir={sweep_dir}"] if sweep_dir is not None else []
+        if multirun_flag and not any(o.get_key_element() == "hydra.mode" for o in _parsed(overrides)):
+            tail.append("hydra.mode=MULTIRUN")
+        return hydra + tail
+
+    def job_config(self, hydra: list[str], job: list[str], num: int) -> DictConfig:
+        """A sweep job's config, as its launcher composes it (`hydra.compose` of the same overrides: Hydra's
+        `load_sweep_config`): the Hydra overrides `hydra` (`launch_overrides`), then the job's; its number set."""
         with _hydra_errors(job):
-            cfg = self._compose(hydra + ["hydra.mode=MULTIRUN"] + list(job))
+            cfg = self._compose(list(hydra) + list(job))
         with open_dict(cfg.hydra):
             cfg.hydra.job.id, cfg.hydra.job.num = str(num), num
         return cfg
@@ -226,6 +225,32 @@ def _parsed(overrides: list[str]) -> list:
 
     with _hydra_errors(overrides):
         return OverridesParser.create().parse_overrides(list(overrides))
+
+
+def grid(lines: list[str]) -> list[list[str]]:
+    """Every job of a grid sweep of these overrides, as Hydra's basic sweeper expands them: a later value of a key
+    replaces an earlier one, every combination, the first key slowest; a sweep that draws values is one sentence."""
+    axes: dict[str, list[str]] = {}
+    for o in _parsed(lines):
+        key = o.get_key_element()
+        if not o.is_sweep_override():
+            axes[key] = [f"{key}={o.get_value_element_as_str()}"]
+        elif o.is_discrete_sweep():
+            axes[key] = [f"{key}={v}" for v in o.sweep_string_iterator()]
+        else:
+            raise ConfigError(f"{o.input_line}: a {o.value_type.name} sweep needs a sweeper that draws values "
+                              "(hydra/sweeper=search); the grid sweeper takes lists, ranges and globs")
+    return [list(job) for job in itertools.product(*axes.values())]
+
+
+def unset_job(cfg: DictConfig) -> DictConfig:
+    """A job config as composing left it, after checking it: its number (`job_config`) and output folder
+    (`resolved`) unset for the launcher to set, and Hydra's node writable again (`HydraConfig.set_config` made it
+    read-only)."""
+    OmegaConf.set_readonly(cfg.hydra, False)  # as Hydra's composition leaves it
+    with open_dict(cfg.hydra):
+        cfg.hydra.job.id = cfg.hydra.job.num = cfg.hydra.runtime.output_dir = "???"
+    return cfg
 
 
 HYDRA_NODES = ("job_logging", "hydra_logging", "launcher", "sweeper", "callbacks", "output_subdir")  # resolved

@@ -284,7 +284,7 @@ def preflight(argv: list[str], task_function=None) -> Plan:
             return Plan(argv, False, [], show_only=True)
         cfg = None if args.multirun else _single_run_config(composer, overrides)
         if cfg is None:
-            return _preflight_multirun(composer, argv, overrides)
+            return _preflight_multirun(composer, argv, overrides, args.multirun)
         run_dir = OmegaConf.select(cfg, "hydra.run.dir")
         tc = check_job(cfg, run_dir, _files(composer, cfg), overrides)
         check_unlocked(Path(run_dir))  # Hydra writes its bookkeeping there before any job code runs
@@ -342,15 +342,18 @@ def _files(composer, cfg) -> tuple[str, ...]:
     return tuple(composer.files_setting(cfg, "allowed_targets")) if cfg.get("allowed_targets") else ()
 
 
-def _preflight_multirun(composer, argv, overrides) -> Plan:
-    """The sweep as Hydra will run it: the master config, then each job of the basic sweeper composed as its
-    launcher will compose it."""
+def _preflight_multirun(composer, argv, overrides, multirun_flag: bool) -> Plan:
+    """The sweep as Hydra will run it: the master config, then each job of the grid composed as its launcher will
+    compose it, and handed on to the launcher (`mhalab.runs.sweeper.hand_on`), so that it is composed once."""
+    from mhalab.config.compose import unset_job
+    from mhalab.runs import sweeper as grid_sweeper
     from mhalab.runs.slurm import check_launcher
 
+    grid_sweeper.forget()
     master = composer.sweep_config(overrides)
     sweep_dir = str(OmegaConf.select(master, "hydra.sweep.dir"))
     sweeper = str(OmegaConf.select(master, "hydra.sweeper._target_", default=""))
-    if not sweeper.endswith("BasicSweeper"):  # e.g. Optuna: its trials are drawn while it runs
+    if not grid_sweeper.is_grid(sweeper):  # e.g. Optuna: its trials are drawn while it runs
         tc = check_job(master, sweep_dir, _files(composer, master), overrides)
         if tc.resume:
             raise ConfigError(f"resume with the sweeper {sweeper}: only grid sweeps (the basic sweeper) resume")
@@ -364,6 +367,8 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
     check_no_grant_in_config(master, list(_files(composer, master)))
     check_config(master)  # the launcher and Hydra's callbacks, before any job
     jobs = composer.sweep_jobs(master, overrides)
+    given_dir = any(o.startswith("hydra.sweep.dir=") for o in overrides)
+    hydra = composer.launch_overrides(overrides, None if given_dir else sweep_dir, multirun_flag)
     checked = []
     t0, said = time.perf_counter(), None
     for i, job in enumerate(jobs):
@@ -373,13 +378,15 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
             print(f"mhalab: checking the sweep's jobs before anything is written: {i}/{len(jobs)} "
                   f"({now - t0:.0f} s)", file=sys.stderr, flush=True)
         try:
-            cfg = composer.job_config(overrides, job, i)
+            cfg = composer.job_config(hydra, job, i)
             job_dir = os.path.join(sweep_dir, str(OmegaConf.select(cfg, "hydra.sweep.subdir")))
             if Path(sweep_dir).resolve() not in Path(job_dir).resolve().parents:
                 raise ConfigError(f"hydra.sweep.subdir={OmegaConf.select(cfg, 'hydra.sweep.subdir')!r}: a job's "
                                   f"folder must be inside the sweep directory {sweep_dir}")
             checked.append((job, check_job(cfg, job_dir, _files(composer, cfg), overrides)))
             check_unlocked(Path(job_dir))  # Hydra writes its bookkeeping there before any job code runs
+            if sweeper.endswith(".GridSweeper"):  # mhalab's: its launcher runs this very config
+                grid_sweeper.hand_on(composer.config_name, hydra + list(job), unset_job(cfg))
         except ConfigError as e:
             raise ConfigError(f"sweep job {i} ({' '.join(job)}): {e}") from None
     tc = checked[0][1]
@@ -392,7 +399,8 @@ def _preflight_multirun(composer, argv, overrides) -> Plan:
     if tc.resume:
         plan.resume_dir = resume_sweep(tc, [t for _, t in checked], Path(tc.paths.log_dir) / tc.task_name / "multiruns")
         plan.argv = plan.argv + [f"hydra.sweep.dir={plan.resume_dir}"]
-    elif not any(o.startswith("hydra.sweep.dir=") for o in overrides):
+        grid_sweeper.forget()  # composed for another directory: the sweeper composes each job (once) for this one
+    elif not given_dir:
         # resolved here, once: a launcher's worker processes would each make their own run id
         plan.argv = plan.argv + [f"hydra.sweep.dir={sweep_dir}"]
     if stops_as_a_whole(master.hydra):

@@ -207,13 +207,15 @@ def _exit(signum: int) -> None:
 
 
 def stops_as_a_whole(hydra) -> bool:
-    """Whether a multirun with this `hydra` config node stops as a whole: a grid (the basic sweeper) whose jobs run
+    """Whether a multirun with this `hydra` config node stops as a whole: a grid (`mhalab.runs.sweeper.is_grid`) whose jobs run
     on this machine (the basic or joblib launcher)."""
     from omegaconf import OmegaConf
 
+    from mhalab.runs.sweeper import is_grid
+
     sweeper = str(OmegaConf.select(hydra, "sweeper._target_", default=""))
     launcher = str(OmegaConf.select(hydra, "launcher._target_", default=""))
-    return sweeper.endswith(".BasicSweeper") and launcher.rsplit(".", 1)[-1] in LOCAL_LAUNCHERS
+    return is_grid(sweeper) and launcher.rsplit(".", 1)[-1] in LOCAL_LAUNCHERS
 
 
 def mark_stopped(sweep_dir: Path, signum: int) -> None:
