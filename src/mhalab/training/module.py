@@ -7,6 +7,7 @@ modelling also val/bpb and test/bpb (bits per UTF-8 byte of the predicted tokens
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from typing import Any
@@ -39,6 +40,21 @@ def loss_read_after_batch(trainer) -> bool:
     return (trainer.progress_bar_callback is not None or trainer.should_stop or logs_due(trainer)
             or loop.epoch_loop.batch_progress.is_last_batch or 0 < trainer.max_steps <= trainer.global_step
             or validation_due(trainer))
+
+
+@contextlib.contextmanager
+def without_nan_fill(trainer):
+    """Training on the CPU with `trainer.deterministic` on, without torch's NaN fill of every new tensor
+    (`torch.utils.deterministic.fill_uninitialized_memory`: a guard against reading uninitialized memory, hundreds of
+    fills a step). torch documents that a program that reads none stays deterministic without it; a run's figures
+    are the same bit for bit (tests/training/test_step_pace.py). The setting is restored afterwards."""
+    fills = torch.utils.deterministic.fill_uninitialized_memory
+    if trainer.strategy.root_device.type == "cpu" and torch.are_deterministic_algorithms_enabled():
+        torch.utils.deterministic.fill_uninitialized_memory = False
+    try:
+        yield
+    finally:
+        torch.utils.deterministic.fill_uninitialized_memory = fills
 
 
 def adamw_kwargs(fused: bool | None, params) -> dict[str, Any]:

@@ -268,7 +268,7 @@ def _fit(job: _Job) -> RunSummary:
     from mhalab.data import build_datamodule
     from mhalab.training.callbacks import StepSeed
     from mhalab.training.checkpoint import AtomicCheckpointIO, resume_from
-    from mhalab.training.module import AttentionLitModule
+    from mhalab.training.module import AttentionLitModule, without_nan_fill
 
     tc, run_dir, base, last, stop, fault, t_start = (job.tc, job.run_dir, job.base, job.last, job.stop, job.fault,
                                                      job.t_start)
@@ -312,7 +312,8 @@ def _fit(job: _Job) -> RunSummary:
     for logger in loggers:
         logger.log_hyperparams(hparams)
     if tc.train:
-        trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path, weights_only=True)
+        with without_nan_fill(trainer):
+            trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path, weights_only=True)
     stop.check()
     if module.last_val_step != trainer.global_step:  # every finished run ends validated
         trainer.validate(module, datamodule=dm, verbose=False)
