@@ -70,6 +70,8 @@ def test_the_command_writes_stability_beside_the_reports_and_refuses_reports_of_
         numerics.stability([files[0], other / "report.json"])
     with pytest.raises(ConfigError, match="at least two"):
         numerics.stability(files[:1])
+    named = numerics.stability([f"default:{files[0]}", files[1]])  # a name given, or the folder's
+    assert named["numerics"] == ["default", "avx2"] and named["sources"] == [str(files[0]), str(files[1])]
 
 
 def test_a_link_at_an_output_name_is_refused_not_followed(tmp_path):

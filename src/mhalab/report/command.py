@@ -393,7 +393,7 @@ def report_command(o: ReportOptions) -> int:
         return 0
     if o.numerics:
         result = numerics.stability(o.dirs)
-        out = Path(o.out) if o.out is not None else Path(o.dirs[0]).parent.parent  # beside the reports' folders
+        out = Path(o.out) if o.out is not None else numerics.named(o.dirs[0])[1].parent.parent  # beside the reports
         print(numerics.markdown(result))
         print(f"wrote {numerics.write(result, out)}, stability.csv and stability.json")
         return 0

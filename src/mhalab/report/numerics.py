@@ -8,7 +8,7 @@ of their environment (CPU capability, BLAS, oneDNN, threads, processor), so a fl
     mhalab report --numerics logs/kv_bpb/design/stratum0/report-{B,avx2,threads2}/report.json [--out DIR]
 
 writes `stability.md`, `stability.csv` and `stability.json` into `--out` (default: the folder holding the first
-report's folder). Each report is named by its folder (`report-avx2` -> `avx2`)."""
+report's folder). Each report is named by its folder (`report-avx2` -> `avx2`) or as given (`B:results/report.json`)."""
 
 from __future__ import annotations
 
@@ -35,9 +35,14 @@ def verdict_class(c: dict) -> str:
     return "separated, arm higher" if c["estimate"] > 0 else "separated, arm lower"
 
 
-def name_of(report_json: Path) -> str:
-    folder = report_json.resolve().parent.name
-    return folder.removeprefix("report-") if folder.startswith("report-") else folder
+def named(item: str | Path) -> tuple[str, Path]:
+    """A `--numerics` item: `NAME:path/report.json`, or a path named by its folder (`report-avx2` -> `avx2`)."""
+    text = str(item)
+    name, sep, path = text.partition(":")
+    if sep and name and "/" not in name:
+        return name, Path(path)
+    folder = Path(text).resolve().parent.name
+    return folder.removeprefix("report-"), Path(text)
 
 
 def environment(report_json: Path) -> dict[str, str]:
@@ -56,7 +61,7 @@ def stability(files: list[Path]) -> dict:
     if len(files) < 2:
         raise ConfigError("--numerics: give at least two report.json files of the same design (e.g. report-B and "
                           "report-avx2)")
-    names = [name_of(Path(f)) for f in files]
+    names, files = zip(*map(named, files))
     if len(set(names)) != len(names):
         raise ConfigError(f"--numerics: two reports share a folder name ({', '.join(names)}); each names its numerics")
     reports = {}
@@ -83,7 +88,7 @@ def stability(files: list[Path]) -> dict:
                      **{f"{name}/{k}": per[name].get(k) for name in names
                         for k in ("estimate", "ci95_low", "ci95_high", "p", "p_holm")},
                      **{f"{name}/verdict": classes[name] for name in names}})
-    return {"numerics": names, "sources": [str(f) for f in files],
+    return {"numerics": list(names), "sources": [str(f) for f in files],
             "environment": {name: environment(Path(f)) for name, f in zip(names, files)}, "rows": rows}
 
 
