@@ -86,3 +86,19 @@ def test_final_figure_draws_stage_a_runs_apart_from_the_tested_ones(tmp_path, mo
     assert [float(ln.get_ydata()[0]) for ln in means] == pytest.approx([inf.mean_ci(tested)[0]] * 2)
     assert all("4 runs (+2 stage A)" in t.get_text() for t in ax.get_xticklabels())
     assert "stage A: chose the value, not tested" in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_a_reference_level_far_off_the_runs_is_named_with_its_side_not_drawn():
+    """kv_bpb's runs lie at 3.15-3.25 bpb and the unigram level at 4.55: a line there squeezed them into a band."""
+    from mhalab.pictures import new_figure
+    from mhalab.report.figures import reference_lines
+
+    fig = new_figure(figsize=(4, 3))
+    ax = fig.add_subplot()
+    ax.plot([0, 1, 2], [3.15, 3.2, 3.25], "o")
+    reference_lines(ax, {"unigram_bpb": 4.55, "near_bpb": 3.3}, "val/bpb")
+    drawn = [ln for ln in ax.get_lines() if len(ln.get_xdata()) == 2]
+    assert [ln.get_label() for ln in drawn] == ["near bpb: 3.3"] and list(drawn[0].get_ydata()) == [3.3, 3.3]
+    labels = [ln.get_label() for ln in ax.get_lines()]
+    assert "unigram bpb: 4.55 (above the scale)" in labels
+    assert ax.get_ylim()[1] < 3.5  # the runs keep the scale

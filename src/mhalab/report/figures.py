@@ -27,15 +27,25 @@ def arm_name(a: Arm) -> str:
     return short(a.label) + (f" ({short(cell)})" if cell != "-" else "")
 
 
+FAR = 2.0  # a reference level further from the data than FAR x their span is named, not drawn
+
+
 def reference_lines(ax, levels: dict | None, metric: str) -> None:
     """The task's reference levels of `metric` (chance, majority, ...: summary.json's baselines) as labelled
-    dotted lines; their labels go to the axis' legend."""
+    dotted lines; their labels go to the axis' legend. A level far off the data (FAR) is named in the legend with
+    the side it lies on, not drawn: its line would squeeze the runs into a thin band."""
     styles = [":", "-.", (0, (1, 3)), (0, (5, 2))]
     shown = [(name, value) for name, value in (levels or {}).items()
              if value is not None and name.endswith(metric.rsplit("/", 1)[-1])]
+    lo, hi = ax.dataLim.y0, ax.dataLim.y1
+    span = hi - lo if ax.has_data() and hi > lo else None
     for i, (name, value) in enumerate(shown):
-        ax.axhline(value, color="grey", ls=styles[i % len(styles)], lw=1.2,
-                   label=f"{name.replace('_', ' ')}: {value:.3g}")
+        label = f"{name.replace('_', ' ')}: {value:.3g}"
+        if span is not None and min(abs(value - lo), abs(value - hi)) > FAR * span and not lo <= value <= hi:
+            ax.plot([], [], color="grey", ls=styles[i % len(styles)], lw=1.2,
+                    label=f"{label} ({'above' if value > hi else 'below'} the scale)")
+            continue
+        ax.axhline(value, color="grey", ls=styles[i % len(styles)], lw=1.2, label=label)
 
 
 def _fig(w: float, h: float):
