@@ -47,6 +47,8 @@ ODD = [
      f"n_jobs (worker processes) must be -1 (one per CPU) or an integer in [1, {CPUS}]"),
     (["hydra/launcher=parallel", "hydra.launcher.n_jobs=0", "seed=0,1"], True, "hydra.launcher.n_jobs=0"),
     ([f"hydra.sweep.dir=out/{LONG}", "seed=0,1"], True, "hydra.sweep.dir="),
+    (["hydra.sweeper.max_batch_size=0", "seed=0,1"], True, "hydra.sweeper.max_batch_size=0: give null or -1"),
+    (["hydra.sweeper.max_batch_size=-2", "seed=0,1"], True, "hydra.sweeper.max_batch_size=-2"),
     (["trainer.accelerator=cpu", f"trainer.devices={CPUS + 1}"], False, "devices (one process each) must be"),
 ]
 
