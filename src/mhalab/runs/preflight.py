@@ -342,13 +342,6 @@ def _files(composer, cfg) -> tuple[str, ...]:
     return tuple(composer.files_setting(cfg, "allowed_targets")) if cfg.get("allowed_targets") else ()
 
 
-def check_batch_size(size) -> None:
-    """hydra.sweeper.max_batch_size: null or -1 (every job in one batch) or a positive number of jobs."""
-    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or not (size == -1 or size > 0)):
-        raise ConfigError(f"hydra.sweeper.max_batch_size={size!r}: give null or -1 (all jobs in one batch) or a "
-                          "positive number of jobs a batch")
-
-
 def _preflight_multirun(composer, argv, overrides, multirun_flag: bool) -> Plan:
     """The sweep as Hydra will run it: the master config, then each job of the grid composed as its launcher will
     compose it, and handed on to the launcher (`mhalab.runs.sweeper.hand_on`), so that it is composed once."""
@@ -373,7 +366,7 @@ def _preflight_multirun(composer, argv, overrides, multirun_flag: bool) -> Plan:
 
     check_no_grant_in_config(master, list(_files(composer, master)))
     check_config(master)  # the launcher and Hydra's callbacks, before any job
-    check_batch_size(OmegaConf.select(master, "hydra.sweeper.max_batch_size", default=None))
+    grid_sweeper.check_batch_size(OmegaConf.select(master, "hydra.sweeper.max_batch_size", default=None))
     jobs = composer.sweep_jobs(master, overrides)
     given_dir = any(o.startswith("hydra.sweep.dir=") for o in overrides)
     hydra = composer.launch_overrides(overrides, None if given_dir else sweep_dir, multirun_flag)
@@ -393,7 +386,7 @@ def _preflight_multirun(composer, argv, overrides, multirun_flag: bool) -> Plan:
                                   f"folder must be inside the sweep directory {sweep_dir}")
             checked.append((job, check_job(cfg, job_dir, _files(composer, cfg), overrides)))
             check_unlocked(Path(job_dir))  # Hydra writes its bookkeeping there before any job code runs
-            if sweeper.endswith(".GridSweeper"):  # mhalab's: its launcher runs this very config
+            if grid_sweeper.takes_handed(sweeper):  # mhalab's: its launcher runs this very config
                 grid_sweeper.hand_on(composer.config_name, hydra + list(job), unset_job(cfg))
         except ConfigError as e:
             raise ConfigError(f"sweep job {i} ({' '.join(job)}): {e}") from None

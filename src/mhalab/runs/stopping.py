@@ -207,8 +207,8 @@ def _exit(signum: int) -> None:
 
 
 def stops_as_a_whole(hydra) -> bool:
-    """Whether a multirun with this `hydra` config node stops as a whole: a grid (`mhalab.runs.sweeper.is_grid`) whose jobs run
-    on this machine (the basic or joblib launcher)."""
+    """Whether a multirun with this `hydra` config node stops as a whole: a grid (`mhalab.runs.sweeper.is_grid`)
+    whose jobs run on this machine (the basic or joblib launcher)."""
     from omegaconf import OmegaConf
 
     from mhalab.runs.sweeper import is_grid

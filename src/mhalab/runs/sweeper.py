@@ -24,6 +24,8 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, RunMode, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from mhalab.errors import ConfigError
+
 log = logging.getLogger(__name__)
 GRID_SWEEPERS = (".BasicSweeper", ".GridSweeper")  # `_target_` endings of the sweepers that run a grid
 HAND_ON_MAX = 256  # jobs whose composed configs are kept for the launcher (under 1 MB each)
@@ -33,6 +35,19 @@ _HANDED: dict[tuple, DictConfig] = {}
 def is_grid(sweeper_target: str) -> bool:
     """Whether a sweeper (`hydra.sweeper._target_`) runs the grid of its overrides: Hydra's basic one or this one."""
     return str(sweeper_target).endswith(GRID_SWEEPERS)
+
+
+def takes_handed(sweeper_target: str) -> bool:
+    """Whether a sweeper's launcher takes the configs the preflight hands on: this one's (`GridSweeper`)."""
+    return str(sweeper_target).endswith(GRID_SWEEPERS[-1])
+
+
+def check_batch_size(size) -> None:
+    """hydra.sweeper.max_batch_size: null or -1 (every job in one batch) or a positive number of jobs (the preflight
+    checks it before anything is written; the sweeper holds to it)."""
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or not (size == -1 or size > 0)):
+        raise ConfigError(f"hydra.sweeper.max_batch_size={size!r}: give null or -1 (all jobs in one batch) or a "
+                          "positive number of jobs a batch")
 
 
 def _key(config_name: str | None, overrides: Sequence[str]) -> tuple:
@@ -120,9 +135,8 @@ class GridSweeper(Sweeper):
 
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         jobs = grid([f"{k}={v}" for k, v in self.params.items()] + list(arguments))
+        check_batch_size(self.max_batch_size)
         size = len(jobs) if self.max_batch_size in (None, -1) else self.max_batch_size
-        if size <= 0:
-            raise ValueError(f"hydra.sweeper.max_batch_size={self.max_batch_size}: must be -1, null or positive")
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
