@@ -14,7 +14,7 @@ from conftest import summaries
 from mhalab.cost import kv_cache_bytes
 from mhalab.training.module import adamw_kwargs
 from mhalab.architecture import Architecture, AttentionConfig, ModelConfig
-from mhalab.config.schema import OptimConfig, StatsConfig
+from mhalab.config.schema import OptimConfig, StatsConfig, clips_under_amp
 from mhalab.head_statistics import DETECTOR_NAMES, STAT_NAMES
 
 
@@ -89,6 +89,45 @@ def test_adamw_is_fused_when_every_parameter_is_on_cuda():
     assert adamw_kwargs(None, [cuda, cuda]) == {"fused": True}
     assert adamw_kwargs(None, [cpu]) == {} and adamw_kwargs(None, [cuda, cpu]) == {} and adamw_kwargs(None, []) == {}
     assert adamw_kwargs(False, [cuda]) == {"fused": False} and adamw_kwargs(True, [cpu]) == {"fused": True}
+    assert adamw_kwargs(None, [cuda, cuda], amp_clips=True) == {}  # Lightning would refuse to clip a fused one
+
+
+@pytest.mark.parametrize("precision,clip,clips", [("bf16-mixed", 1.0, True), ("16-mixed", 0.5, True),
+                                                  ("bf16-mixed", None, False), ("bf16-mixed", 0.0, False),
+                                                  ("32-true", 1.0, False), ("bf16-true", 1.0, False)])
+def test_clips_under_amp_names_when_lightning_clips_in_its_mixed_precision_plugin(precision, clip, clips):
+    assert clips_under_amp(precision, clip) is clips
+
+
+def _fit(precision: str, fused: bool | None, clip: float | None):
+    """A real 2-step Lightning fit on the CPU: torch has a fused AdamW kernel there too (torch >= 2.4)."""
+    import lightning as L
+    from torch.utils.data import DataLoader
+
+    module = _module()
+    module.hparams.optim["fused"] = fused
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=2, precision=precision, gradient_clip_val=clip,
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0)
+    trainer.fit(module, train_dataloaders=DataLoader([_batch(s) for s in range(2)], batch_size=None))
+    return module
+
+
+def test_a_fused_adamw_clipped_under_mixed_precision_is_what_lightning_refuses():
+    """The premise of clips_under_amp, against the real Lightning: the RuntimeError `mhalab train trainer=gpu` hit
+    on an H100 (experiments/gpu); without clipping, or in float32, the same fused optimizer trains."""
+    with pytest.raises(RuntimeError, match="does not allow for gradient clipping"):
+        _fit("bf16-mixed", True, 1.0)
+    for precision, clip in (("bf16-mixed", None), ("32-true", 1.0)):
+        assert all(torch.isfinite(p).all() for p in _fit(precision, True, clip).parameters())
+
+
+def test_fused_true_with_clipping_under_mixed_precision_is_one_sentence(train, tmp_path):
+    r = train("optim.fused=true", "trainer.precision=bf16-mixed")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert ("optim.fused=true with trainer.precision=bf16-mixed and trainer.gradient_clip_val=1.0: Lightning cannot "
+            "clip a fused AdamW's gradients under mixed precision") in r.stderr
+    assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").rglob("summary.json"))
 
 
 @pytest.mark.parametrize("fused,implementation", [("null", None), ("true", True), ("false", False)])

@@ -34,6 +34,12 @@ MAX_SEED = 2**32 - 1
 
 # -- training --------------------------------------------------------------------------------------------------
 
+def clips_under_amp(precision: str, gradient_clip_val: float | None) -> bool:
+    """Whether Lightning clips gradients under its mixed-precision plugin: it then refuses a fused AdamW (which
+    unscales gradients inside its step) with a RuntimeError at the first step, seen on an H100 (experiments/gpu)."""
+    return str(precision).endswith("-mixed") and bool(gradient_clip_val) and gradient_clip_val > 0
+
+
 @dataclass
 class OptimConfig:
     """AdamW with linear warm-up, then cosine decay to min_lr_ratio * lr, stepped every optimizer step."""
@@ -45,9 +51,10 @@ class OptimConfig:
     warmup_steps: int = 30
     warmup_ratio: Optional[float] = None  # a fraction of all training steps; replaces warmup_steps when set
     min_lr_ratio: float = 0.1
-    fused: Optional[bool] = None  # torch's fused AdamW kernel: None = fused when every parameter is on a CUDA device,
-    #   else torch's default (foreach); true = fused wherever torch has it (CUDA, and the CPU since torch 2.4);
-    #   false = never (mhalab.training.module.adamw_kwargs)
+    fused: Optional[bool] = None  # torch's fused AdamW kernel: None = fused when every parameter is on a CUDA device
+    #   and gradients are not clipped under mixed precision (clips_under_amp), else torch's default (foreach);
+    #   true = fused wherever torch has it (CUDA, and the CPU since torch 2.4); false = never
+    #   (mhalab.training.module.adamw_kwargs)
 
     def __post_init__(self):
         if self.fused is not None and not isinstance(self.fused, bool):
@@ -364,6 +371,11 @@ class TrainConfig:
     def __post_init__(self):
         check_int("seed", self.seed, 0, MAX_SEED)
         check_choice("optimized_metric", self.optimized_metric, OPTIMIZED_METRICS)
+        if self.optim.fused and clips_under_amp(self.trainer.precision, self.trainer.gradient_clip_val):
+            raise ConfigError(f"optim.fused=true with trainer.precision={self.trainer.precision} and "
+                              f"trainer.gradient_clip_val={self.trainer.gradient_clip_val}: Lightning cannot clip a "
+                              "fused AdamW's gradients under mixed precision; set optim.fused=null (auto) or false, "
+                              "or trainer.gradient_clip_val=null")
         if self.torch_threads is not None:
             check_int("torch_threads", self.torch_threads, 1, 4096)
         if not isinstance(self.resume, (bool, str)):

@@ -22,6 +22,7 @@ from mhalab.training.evaluation import batch_correct, batch_sums, mean_cross_ent
 from mhalab.stats import lower_is_better
 from mhalab.model import build_model
 from mhalab.architecture import Architecture
+from mhalab.config.schema import clips_under_amp
 
 
 def lr_lambda(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> float:
@@ -57,15 +58,17 @@ def without_nan_fill(trainer):
         torch.utils.deterministic.fill_uninitialized_memory = fills
 
 
-def adamw_kwargs(fused: bool | None, params) -> dict[str, Any]:
+def adamw_kwargs(fused: bool | None, params, amp_clips: bool = False) -> dict[str, Any]:
     """The implementation keyword of torch.optim.AdamW for `optim.fused` and where the parameters are: None (auto)
-    gives {"fused": True} when every parameter is a floating-point tensor on a CUDA device and {} (torch's default,
-    foreach) otherwise; True and False are passed on as they are (torch refuses fused where it has no kernel)."""
+    gives {"fused": True} when every parameter is a floating-point tensor on a CUDA device and Lightning does not
+    clip gradients under mixed precision (amp_clips, `config.schema.clips_under_amp`: it refuses a fused AdamW
+    there), and {} (torch's default, foreach) otherwise; True and False are passed on as they are (torch refuses
+    fused where it has no kernel; the config refuses fused=true where Lightning would)."""
     if fused is not None:
         return {"fused": bool(fused)}
     params = list(params)
     on_cuda = bool(params) and all(p.device.type == "cuda" and p.is_floating_point() for p in params)
-    return {"fused": True} if on_cuda else {}
+    return {"fused": True} if on_cuda and not amp_clips else {}
 
 
 class EvalSums(Metric):
@@ -251,7 +254,9 @@ class AttentionLitModule(L.LightningModule):
         no_decay = [p for p in self.parameters() if p.requires_grad and p.dim() < 2]
         optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"], **adamw_kwargs(o.get("fused"), decay + no_decay))
+            lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"],
+            **adamw_kwargs(o.get("fused"), decay + no_decay,
+                           clips_under_amp(self.trainer.precision, self.trainer.gradient_clip_val)))
         total = max(1, int(self.trainer.estimated_stepping_batches))
         warmup = int(o["warmup_ratio"] * total) if o.get("warmup_ratio") is not None else o["warmup_steps"]
         warmup = min(warmup, total)
