@@ -1,7 +1,7 @@
 """GPU checks, `pytest -m gpu` (`mhalab bench gpu` runs them first): skipped where there is no CUDA device.
 
 - sdpa and math attention in bf16 and fp16 against a float32 reference, output and input gradient;
-- training attention runs on a fused kernel: under sdpa_kernel([FLASH_ATTENTION, EFFICIENT_ATTENTION]) a forward and
+- training attention runs on a fused kernel: torch's own choice for a forward and
   backward must not raise, for MHA, GQA and MQA, with and without padding;
 - incremental decoding with the KV cache equals a full forward pass;
 - head statistics (the callback's pass) and importance equal those computed on the CPU;
@@ -65,11 +65,10 @@ def test_sdpa_and_math_in_half_precision_match_float32(dtype, layout, kv, padded
 @pytest.mark.parametrize("layout,kv", LAYOUTS, ids=[name for name, _ in LAYOUTS])
 @pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
 def test_training_attention_runs_on_a_fused_kernel(layout, kv, padded):
-    """Raises 'No available kernel' if torch would fall back to the math kernel (e.g. a mask with GQA where only the
-    efficient kernel takes masks and only flash takes GQA)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from mhalab.bench.timing import sdpa_kernels
+    """torch's own choice for a training step's attention (forward and backward) is a fused kernel, not its math
+    fallback. On an H100 (torch 2.11, experiments/gpu) that is cuDNN's for all six cases; flash and
+    memory-efficient alone have no kernel for padded GQA/MQA (flash takes no mask, efficient no grouped K/V)."""
+    from mhalab.bench.timing import kernel_name, sdpa_kernels
 
     torch.manual_seed(0)
     layer = MultiHeadAttention(512, 8, kv, 64, backend="sdpa").to(DEVICE, torch.bfloat16)
@@ -80,9 +79,9 @@ def test_training_attention_runs_on_a_fused_kernel(layout, kv, padded):
         y, _ = layer(x, key_padding_mask=pad)
         y.float().square().mean().backward()
 
-    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
-        kernels = sdpa_kernels(step)
-    assert any("flash" in k or "efficient" in k for k in kernels), kernels
+    kernels = sdpa_kernels(step)
+    assert not kernel_name(kernels).startswith("math"), kernels
+    assert any(k.endswith("backward") for k in kernels), kernels  # the backward is fused too
 
 
 @pytest.mark.parametrize("layout,kv", LAYOUTS, ids=[name for name, _ in LAYOUTS])
@@ -144,15 +143,22 @@ def test_a_checkpoint_saved_on_gpu_loads_on_cpu(tmp_path):
     from mhalab.training.checkpoint import load_module
     from mhalab.training.module import AttentionLitModule
 
+    path, seen = tmp_path / "gpu.ckpt", []
+
+    class SaveInFit(L.Callback):  # Lightning moves the module back to the CPU when fit ends: save before that
+        def on_train_end(self, trainer, pl_module):
+            seen.append(next(pl_module.parameters()).device.type)
+            trainer.save_checkpoint(path)
+
     torch.manual_seed(0)
     module = AttentionLitModule(_classifier().to_dict(), dataclasses.asdict(OptimConfig()), None)
     trainer = L.Trainer(accelerator="gpu" if DEVICE == "cuda" else "cpu", devices=1, max_steps=2, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        limit_val_batches=0)
+                        limit_val_batches=0, callbacks=[SaveInFit()])
     trainer.fit(module, train_dataloaders=DataLoader([_batch(s) for s in range(4)], batch_size=None))
-    assert next(module.parameters()).device.type == DEVICE
-    path = tmp_path / "gpu.ckpt"
-    trainer.save_checkpoint(path)
+    assert seen == [DEVICE]
+    raw = torch.load(path, weights_only=True)["state_dict"]  # as saved: on the GPU it was trained on
+    assert {v.device.type for v in raw.values()} == {DEVICE}
     loaded = load_module(path)
     assert next(loaded.parameters()).device.type == "cpu"
     state = loaded.state_dict()
