@@ -366,7 +366,8 @@ def kaplan_meier(times, events) -> dict:
 
 def logrank(times_a, events_a, times_b, events_b) -> dict:
     """The log-rank test of two arms' times to an event: the chi-square statistic and its exact permutation p (every
-    assignment of the runs to the two arms), beside the chi-square(1) approximation."""
+    assignment of the runs to the two arms), beside the chi-square(1) approximation; `excess` is arm a's observed
+    minus expected events (> 0: a reaches the event sooner than b)."""
     from scipy.stats import chi2
 
     t = np.concatenate([np.asarray(times_a, float), np.asarray(times_b, float)])
@@ -374,7 +375,7 @@ def logrank(times_a, events_a, times_b, events_b) -> dict:
     n, m = len(times_a), len(times_b)
     taus = np.unique(t[e])
     if len(taus) == 0:
-        return {"test": "log-rank", "chi2": None, "p": None, "p_chi2": None, "p_min": None,
+        return {"test": "log-rank", "chi2": None, "p": None, "p_chi2": None, "p_min": None, "excess": None,
                 "degenerate": "no run reached the threshold in either arm: no test"}
     at_risk = (t[:, None] >= taus[None, :]).astype(float)  # (runs, times)
     died = ((t[:, None] == taus[None, :]) & e[:, None]).astype(float)
@@ -393,6 +394,7 @@ def logrank(times_a, events_a, times_b, events_b) -> dict:
     p = _p_of(int(np.sum(stat[1:] >= obs - 1e-9 * (1 + obs))), len(groups), exact)
     return {"test": "log-rank, exact permutation p" if exact else "log-rank, permutation p (random)",
             "chi2": float(obs), "p": p, "p_chi2": float(chi2.sf(obs, 1)), "degenerate": None,
+            "excess": float(o1[0].sum() - expected[0]),
             "p_min": 1 / len(groups) if exact else 1 / (1 + len(groups))}  # a bound: the observed one counts
 
 

@@ -84,3 +84,14 @@ def test_a_link_at_an_output_name_is_refused_not_followed(tmp_path):
     with pytest.raises(ConfigError, match="symbolic link"):
         numerics.write(numerics.stability(files), out)
     assert target.read_text() == "keep"
+
+
+def test_a_log_rank_separation_has_a_side_from_its_direction():
+    """Steps to the threshold carry no estimate: the side comes from the log-rank's direction (+ = the arm takes
+    more steps), so two numerics separating in opposite directions flip; a report of before `direction` says only
+    "separated" (it crashed the stability check on the first GPU reports)."""
+    steps = {"endpoint": "steps to the threshold (Kaplan-Meier median)", "estimate": None, "p": 0.001,
+             "degenerate": None, "verdict": "separated"}
+    assert numerics.verdict_class({**steps, "direction": 3.2}) == "separated, arm higher"
+    assert numerics.verdict_class({**steps, "direction": -3.2}) == "separated, arm lower"
+    assert numerics.verdict_class(steps) == "separated"

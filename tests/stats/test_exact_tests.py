@@ -131,6 +131,8 @@ def test_logrank_by_hand():
     assert r["chi2"] == pytest.approx((2 - e1) ** 2 / v)
     assert r["p_chi2"] == pytest.approx(stats.chi2.sf((2 - e1) ** 2 / v, 1))
     assert r["p"] == pytest.approx(2 / 6)  # the two extreme of the 6 assignments
+    assert r["excess"] == pytest.approx(2 - e1) and 2 - e1 > 0  # A reaches the event sooner than expected
+    assert inf.logrank([3, 4], [True, True], [1, 2], [True, True])["excess"] == pytest.approx(-(2 - e1))
     assert inf.logrank([5], [False], [5], [False])["p"] is None
 
 

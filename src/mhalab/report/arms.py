@@ -160,6 +160,8 @@ def compare(arm: Arm, base: Arm, metric: str) -> list[dict]:
         out.append({**common, "endpoint": "steps to the threshold (Kaplan-Meier median)",
                     "estimate": None, "ci95_low": None, "ci95_high": None, "test": lr["test"], "p": lr["p"],
                     "p_min": lr["p_min"], "detectable": None, "degenerate": lr.get("degenerate"),
+                    # + = the arm takes more steps (fewer threshold crossings than expected under the log-rank)
+                    "direction": None if lr.get("excess") is None else -lr["excess"],
                     "arm_value": median_text(ka), "baseline_value": median_text(kb)})
     final = metric.replace("val/", "test/", 1)
     if any(v is None for v in a.values(final) + b.values(final)):

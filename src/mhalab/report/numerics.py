@@ -21,18 +21,23 @@ from mhalab.errors import ConfigError
 from mhalab.tables import Table, fmt_p, interval, write_csv
 
 FILES = ("stability.md", "stability.csv", "stability.json")
-ENVIRONMENT = ("env_cpu_capability", "env_aten_cpu_capability", "env_torch_threads", "env_blas", "env_mkldnn",
-               "env_processor", "env_torch")  # runs.csv columns that say which kernels computed a run
+ENVIRONMENT = ("env_device", "env_cpu_capability", "env_aten_cpu_capability", "env_torch_threads", "env_blas",
+               "env_mkldnn", "env_processor", "env_torch")  # runs.csv columns that say which kernels computed a run
 
 
 def verdict_class(c: dict) -> str:
     """A comparison's verdict as the stability check compares it: no test, not separated, or separated with the
-    side the arm lies on (a separation in opposite directions is a flip)."""
+    side the arm lies on (a separation in opposite directions is a flip): the estimate's sign, or for steps to the
+    threshold the log-rank's `direction` (+ = the arm takes more steps); a report without either says only
+    "separated"."""
     if c.get("p") is None or c.get("degenerate"):
         return "no test"
     if c["verdict"] != "separated":
         return "not separated"
-    return "separated, arm higher" if c["estimate"] > 0 else "separated, arm lower"
+    side = c["estimate"] if c.get("estimate") is not None else c.get("direction")
+    if side is None:
+        return "separated"
+    return "separated, arm higher" if side > 0 else "separated, arm lower"
 
 
 def named(item: str | Path) -> tuple[str, Path]:
