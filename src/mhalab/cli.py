@@ -42,6 +42,8 @@ COMMANDS: dict[str, Command | dict[str, Command]] = {  # the one place a command
                            "a tiny 1-step run against `import torch, lightning`: a run's cost beyond its imports"),
         "overhead": Command("mhalab.bench.overhead:run_overhead", "mhalab.bench.config:OverheadConfig",
                             "a run's training step against a plain PyTorch loop on the same model and batches"),
+        "pace": Command("mhalab.bench.pace:run_pace", "mhalab.bench.config:PaceConfig",
+                        "runs per hour: the step, a 1-step job and a short sweep against plain PyTorch, one table"),
         "gpu": Command("mhalab.bench.gpu:run_gpu", "mhalab.bench.config:GpuConfig",
                        "the GPU check: tests, training, throughput and MFU, complexity, decoding, report "
                        "(--dry-run: CPU)"),
@@ -52,6 +54,7 @@ EXAMPLES = {"bench": """examples:
   mhalab bench complexity --threads 1 --grid.n [64,128,256] --backends math --sections scaling
   mhalab bench train threads=1 n_heads=[4,8] rounds=11 out_dir=outputs/bench/train   # key=value is --key value
   mhalab bench overhead --threads 1 --rounds 7     # the kv_sweep job's step against a plain loop
+  mhalab bench pace --threads 1                    # the step, a 1-step job and a 6-job sweep: one table
   mhalab bench gpu --out experiments/gpu/h100      # on a CUDA machine
   mhalab bench gpu --dry-run --out /tmp/gpu-dry    # the same command on the CPU, tiny shapes, no GPU figures
   mhalab bench train --cfg                         # every option of a subcommand with its value"""}

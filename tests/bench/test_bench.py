@@ -441,3 +441,43 @@ def test_startup_measures_real_processes(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.loads((tmp_path / "results.json").read_text())
     assert got["ratio"] > 0 and len(got["rows"]) == 1
+
+
+def test_pace_puts_the_three_figures_of_its_two_benches_in_one_table(tmp_path, monkeypatch):
+    """`bench pace` runs `bench overhead` and `bench startup` (real ones are tested in tests/training/test_overhead.py
+    and above) each into its own folder with the pace's threads, and judges each figure against that bench's goal."""
+    from mhalab.bench import pace
+
+    got = {}
+
+    def overhead(cfg):
+        got["overhead"] = cfg
+        return {"config": {"recipe": cfg.recipe}, "ratio": 1.04, "cpu_ratio": 1.06, "peak_gflops": 120.0,
+                "run_peak": 0.2, "plain_peak": 0.21}
+
+    def startup(cfg):
+        got["startup"] = cfg
+        return {"frozen_ratio": 1.31, "ratio": 1.01, "sweep": {"runs": cfg.sweep_runs, "steps": cfg.sweep_steps,
+                                                              "ratio": 1.2, "cpu_ratio": 1.25, "command": "x"}}
+
+    monkeypatch.setattr(pace, "run_overhead", overhead)
+    monkeypatch.setattr(pace, "run_startup", startup)
+    r = pace.run_pace(parse(config.PaceConfig, ["threads=1", "step_rounds=3", "sweep_runs=4", f"out_dir={tmp_path}"]))
+    assert got["overhead"].out_dir == str(tmp_path / "overhead") and got["startup"].out_dir == str(tmp_path / "startup")
+    assert got["overhead"].threads == got["startup"].threads == 1 and got["overhead"].rounds == 3
+    step, job, sweep = r["rows"]
+    assert (step["wall"], step["goal"], step["verdict"]) == (1.04, config.OverheadConfig().goal, "within")
+    assert (job["wall"], job["goal"], job["verdict"]) == (1.31, config.StartupConfig().goal, "OVER by 0.060")
+    assert (sweep["wall"], sweep["goal"]) == (1.2, config.StartupConfig().sweep_goal)
+    assert sweep["figure"] == "4-job, 100-step sweep" and sweep["verdict"] == "OVER by 0.100"
+    assert r["within_goals"] is False
+    text = (tmp_path / "report.md").read_text()
+    assert "| 1.040 | 1.060 | 1.05 | within |" in text and "run 0.200, plain 0.210" in text
+    assert json.loads((tmp_path / "results.json").read_text())["rows"][1]["verdict"] == "OVER by 0.060"
+
+
+@pytest.mark.proc
+def test_pace_is_a_bench_subcommand_and_checks_its_settings():
+    r = subprocess.run([sys.executable, "-m", "mhalab", "bench", "pace", "step_rounds=0"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and "step_rounds" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

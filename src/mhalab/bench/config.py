@@ -301,6 +301,26 @@ class OverheadConfig(MachineConfig):
         check_number("goal", self.goal, 1)
 
 
+# -- pace ------------------------------------------------------------------------------------------------------
+
+@dataclass
+class PaceConfig(MachineConfig):
+    """`mhalab bench pace`: `bench overhead` and `bench startup` in one run, their three figures in one table."""
+
+    recipe: List[str] = field(default_factory=lambda: ["experiment=kv_sweep"])  # the step's job
+    step_rounds: int = 7
+    steps_per_round: int = 40
+    job_rounds: int = 3
+    sweep_rounds: int = 3
+    sweep_runs: int = 6
+    sweep_steps: int = 100
+
+    def __post_init__(self):
+        super().__post_init__()
+        for key in ("step_rounds", "steps_per_round", "job_rounds", "sweep_rounds", "sweep_runs", "sweep_steps"):
+            check_int(key, getattr(self, key), 1)
+
+
 # -- gpu -------------------------------------------------------------------------------------------------------
 
 @dataclass

@@ -1,0 +1,68 @@
+"""`mhalab bench pace`: runs per hour in one command, the three figures of issue 26 against their goals.
+
+It runs `mhalab bench overhead` (a real kv_sweep job's training step against a plain PyTorch loop, with both
+fractions of the float32 matmul peak) and `mhalab bench startup` (a 1-step job as a whole process against the
+frozen import baseline, and a short sweep against the same runs in one plain process), each into a folder of its
+own under `out_dir`, then writes one table: each figure, its baseline, the median of its alternating rounds in wall
+and process CPU time, the goal (each bench's own default) and the verdict, judged on wall time.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mhalab.bench.config import OverheadConfig, PaceConfig, StartupConfig
+from mhalab.bench.output import md_table, start, write
+from mhalab.bench.overhead import run_overhead
+from mhalab.bench.startup import FROZEN, run_startup
+from mhalab.bench.timing import loadavg
+
+COLUMNS = [("figure", "figure", "s"), ("baseline", "baseline", "s"), ("wall", "median ratio (wall)", ".3f"),
+           ("cpu", "median ratio (CPU)", ".3f"), ("goal", "goal", "g"), ("verdict", "verdict", "s"),
+           ("detail", "measured beside it", "s")]
+
+
+def pace_rows(step: dict, job: dict, step_goal: float, job_goal: float, sweep_goal: float) -> list[dict]:
+    """One row per figure from the two benches' results (`run_overhead`, `run_startup`)."""
+    def verdict(ratio, goal):
+        return "within" if ratio <= goal else f"OVER by {ratio - goal:.3f}"
+
+    rows = [{"figure": f"training step, `{' '.join(step['config']['recipe'])}`", "baseline": "plain PyTorch loop",
+             "wall": step["ratio"], "cpu": step["cpu_ratio"], "goal": step_goal,
+             "verdict": verdict(step["ratio"], step_goal),
+             "detail": f"fraction of the matmul peak ({step['peak_gflops']:.0f} GFLOP/s): run {step['run_peak']:.3f}, "
+                       f"plain {step['plain_peak']:.3f}"},
+            {"figure": "1-step job, whole process (with its validation and test)", "baseline": f"`{FROZEN}`",
+             "wall": job["frozen_ratio"], "cpu": None, "goal": job_goal,
+             "verdict": verdict(job["frozen_ratio"], job_goal),
+             "detail": f"against `import torch, lightning` without the freeze: {job['ratio']:.3f}"}]
+    sweep = job.get("sweep")
+    if sweep:
+        rows.append({"figure": f"{sweep['runs']}-job, {sweep['steps']}-step sweep",
+                     "baseline": "the same runs in one plain process", "wall": sweep["ratio"],
+                     "cpu": sweep["cpu_ratio"], "goal": sweep_goal, "verdict": verdict(sweep["ratio"], sweep_goal),
+                     "detail": f"`{sweep['command']}`"})
+    return rows
+
+
+def run_pace(cfg: PaceConfig) -> dict:
+    out, info = start(cfg, "pace", torch.device("cpu"))
+    step_cfg = OverheadConfig(threads=cfg.threads, out_dir=str(out / "overhead"), plots=False, recipe=cfg.recipe,
+                              rounds=cfg.step_rounds, steps_per_round=cfg.steps_per_round)
+    job_cfg = StartupConfig(threads=cfg.threads, out_dir=str(out / "startup"), plots=False, rounds=cfg.job_rounds,
+                            sweep_rounds=cfg.sweep_rounds, sweep_runs=cfg.sweep_runs, sweep_steps=cfg.sweep_steps)
+    step, job = run_overhead(step_cfg), run_startup(job_cfg)
+    rows = pace_rows(step, job, step_cfg.goal, job_cfg.goal, job_cfg.sweep_goal)
+    info["loadavg_end"] = loadavg()
+    result = {"machine": info, "rows": rows, "within_goals": all(r["verdict"] == "within" for r in rows),
+              "overhead": str(out / "overhead"), "startup": str(out / "startup")}
+    report = (f"# mhalab bench pace: runs per hour against plain PyTorch\n\n"
+              f"machine: {info['cpu']}, {info['cpu_count']} CPUs, torch {info['torch']}, {cfg.threads or 'all'} "
+              f"torch thread(s); load average {info.get('loadavg_start')} at start, {info['loadavg_end']} at end\n\n"
+              f"{md_table(rows, COLUMNS)}\n\n"
+              f"Each ratio is the median of alternating rounds ({cfg.step_rounds} of the step, {cfg.job_rounds} of "
+              f"the job, {cfg.sweep_rounds} of the sweep) measured in this run; the verdict is judged on wall time. "
+              f"Every round: `overhead/report.md` and `startup/report.md` beside this file.\n")
+    write(out, result, report, [("pace", rows)])
+    print(report)
+    return result
