@@ -5,10 +5,11 @@ so no README states a design or a result that did not run.
     python scripts/embed_reports.py --check  # exit 1 if any block differs (tests/docs/test_readme_tables.py)
 
 An experiment README marks each block with `<!-- generated from <file>.md -->` ... `<!-- end generated -->` (a path
-beside the README): from a `report.md` it receives the report's design, tuning, comparison and head sections, from
-any other generated file (`mhalab ablate`'s pruning.md, `mhalab convert`'s conversion.md) the whole file below its
-title. experiments/README.md marks `<!-- experiments table -->` ...
-`<!-- end experiments table -->`, filled by `mhalab report --table experiments/*/results/report.json`.
+beside the README): from `mhalab report`'s `report.md` (a report.json beside it) it receives the report's design,
+tuning, comparison and head sections; from any other generated file (`mhalab ablate`'s pruning.md, `mhalab
+convert`'s conversion.md, `mhalab bench`'s report.md) the whole file below its title. experiments/README.md
+marks `<!-- experiments table -->` ... `<!-- end experiments table -->`, filled by
+`mhalab report --table experiments/*/results/report.json`.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def sections(report_md: str) -> str:
 def generated(source: Path) -> str:
     """What a block copies from its generated file."""
     text = source.read_text()
-    if source.name == "report.md":
+    if source.name == "report.md" and source.with_name("report.json").is_file():  # `mhalab report`'s
         return sections(text)
     body = re.sub(r"\A# .*\n+", "", text)  # the file's title: the README has its own
     return re.sub(r"(?m)^(#+ )", r"#\1", body).rstrip() + "\n"

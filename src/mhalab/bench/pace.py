@@ -27,21 +27,21 @@ def pace_rows(step: dict, job: dict, step_goal: float, job_goal: float, sweep_go
     def verdict(ratio, goal):
         return "within" if ratio <= goal else f"OVER by {ratio - goal:.3f}"
 
-    rows = [{"figure": f"training step, `{' '.join(step['config']['recipe'])}`", "baseline": "plain PyTorch loop",
+    rows = [{"figure": f"training step, {' '.join(step['config']['recipe'])}", "baseline": "plain PyTorch loop",
              "wall": step["ratio"], "cpu": step["cpu_ratio"], "goal": step_goal,
              "verdict": verdict(step["ratio"], step_goal),
              "detail": f"fraction of the matmul peak ({step['peak_gflops']:.0f} GFLOP/s): run {step['run_peak']:.3f}, "
                        f"plain {step['plain_peak']:.3f}"},
-            {"figure": "1-step job, whole process (with its validation and test)", "baseline": f"`{FROZEN}`",
+            {"figure": "1-step job, whole process (with its validation and test)", "baseline": FROZEN,
              "wall": job["frozen_ratio"], "cpu": None, "goal": job_goal,
              "verdict": verdict(job["frozen_ratio"], job_goal),
-             "detail": f"against `import torch, lightning` without the freeze: {job['ratio']:.3f}"}]
+             "detail": f"against the same imports without the freeze: {job['ratio']:.3f}"}]
     sweep = job.get("sweep")
     if sweep:
         rows.append({"figure": f"{sweep['runs']}-job, {sweep['steps']}-step sweep",
                      "baseline": "the same runs in one plain process", "wall": sweep["ratio"],
                      "cpu": sweep["cpu_ratio"], "goal": sweep_goal, "verdict": verdict(sweep["ratio"], sweep_goal),
-                     "detail": f"`{sweep['command']}`"})
+                     "detail": "each job with its validation and test; the command: startup/report.md"})
     return rows
 
 
