@@ -43,15 +43,16 @@ def _compositions(profile: Path) -> int:
 
 
 @pytest.mark.proc
-@pytest.mark.parametrize("sweeper, per_job", [("grid", 1), ("basic", 3)])
+@pytest.mark.parametrize("sweeper, per_job", [("grid", 0), ("basic", 2)])
 def test_a_grid_sweep_composes_each_job_once(tmp_path, data_cache, sweeper, per_job):
-    """mhalab's preflight composes the master config and each job; Hydra composes the master twice (to read its mode,
+    """mhalab's preflight composes the master config and, once, the config its 3 jobs share but for their seeds
+    (each job is a copy with its seed: `Composer.job_config`); Hydra composes the master twice (to read its mode,
     then to run); the grid sweeper takes each job's config from the preflight, where Hydra's basic sweeper composes
     it twice more (to check the batch, then in the launcher)."""
     prof = tmp_path / "sweep.prof"
     sweep = _sweep(tmp_path / "root", data_cache, "hydra/launcher=basic", f"hydra/sweeper={sweeper}", profile=prof)
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1", "2"]
-    assert _compositions(prof) == 3 + 3 * per_job
+    assert _compositions(prof) == 4 + 3 * per_job
 
 
 def _job_files(sweep: Path) -> dict[str, object]:

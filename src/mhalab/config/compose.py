@@ -101,6 +101,7 @@ class Composer:
         from hydra.core.global_hydra import GlobalHydra
 
         guard_sources()
+        self._bases: dict[tuple[str, ...], DictConfig | None] = {}  # job_config's compositions by their overrides
         self.config_name = args.config_name or CONFIG_NAME
         module = TASK_MODULE if task_function is None else task_function.__module__
         job_name = module.rpartition(".")[2]  # Hydra's task name: the task module's last part
@@ -172,12 +173,41 @@ class Composer:
 
     def job_config(self, hydra: list[str], job: list[str], num: int) -> DictConfig:
         """A sweep job's config, as its launcher composes it (`hydra.compose` of the same overrides: Hydra's
-        `load_sweep_config`): the Hydra overrides `hydra` (`launch_overrides`), then the job's; its number set."""
+        `load_sweep_config`): the Hydra overrides `hydra` (`launch_overrides`), then the job's; its number set.
+
+        Hydra composes once per distinct choice of config groups (`_base`); a job that differs from it only in
+        values (`seed=3`, `optim.lr=1e-3`) is a copy with those values applied (`_with_values`), which
+        tests/config/test_job_configs.py holds equal to Hydra's own composition of the job."""
+        lines = list(hydra) + list(job)
         with _hydra_errors(job):
-            cfg = self._compose(list(hydra) + list(job))
+            parsed = _parsed(lines)
+            groups = self._groups()
+            values = [o for o in parsed[len(hydra):] if _maybe_value(o, groups)]
+            base = self._base([o.input_line for o in parsed if not any(o is v for v in values)])
+            cfg = _with_values(base, parsed, values) if base is not None else None
+            if cfg is None:  # a key that names a config group, or one the config lacks: Hydra's own composition
+                cfg = self._compose(lines)
         with open_dict(cfg.hydra):
             cfg.hydra.job.id, cfg.hydra.job.num = str(num), num
         return cfg
+
+    def _groups(self) -> set[str]:
+        """The top-level config groups of the search path (`model`, `data`, ...): `key=value` with such a key
+        chooses an option, never sets a value."""
+        from hydra.core.global_hydra import GlobalHydra
+
+        return set(GlobalHydra.instance().config_loader().list_groups(""))
+
+    def _base(self, lines: list[str]) -> DictConfig | None:
+        """Hydra's composition of these overrides, kept for the jobs that share them (None where Hydra refuses
+        them: the job's own composition then says why)."""
+        key = tuple(lines)
+        if key not in self._bases:
+            try:
+                self._bases[key] = self._compose(lines)
+            except ConfigError:
+                self._bases[key] = None
+        return self._bases[key]
 
     def files_setting(self, cfg: DictConfig, key: str) -> list[str]:
         """The config files in folders (the primary one, and each chosen group option of the global package) that
@@ -225,6 +255,41 @@ def _parsed(overrides: list[str]) -> list:
 
     with _hydra_errors(overrides):
         return OverridesParser.create().parse_overrides(list(overrides))
+
+
+def _maybe_value(o, groups: set[str]) -> bool:
+    """Whether an override sets a value (`key=value`: no `+`, `++` or `~`, no package, no config group's name or
+    path); whether the key is in the config is known once it is composed (`_with_values`)."""
+    key = o.key_or_group
+    return (not o.is_sweep_override() and not o.is_add() and not o.is_force_add() and not o.is_delete()
+            and o.package is None and "/" not in key and key not in groups and not o.is_hydra_override())
+
+
+def _with_values(base: DictConfig, parsed: list, values: list) -> DictConfig | None:
+    """A copy of `base` with `values` applied as Hydra applies a command line's values (its
+    `_apply_overrides_to_config`: `OmegaConf.update(..., merge=True)` on the struct config, in order) and its
+    record of the overrides (`hydra.overrides`, `hydra.job.override_dirname`) made as for all of `parsed`; None
+    when a key names a config group or is not in the config (Hydra then composes, or says why not)."""
+    import copy
+
+    choices = base.hydra.runtime.choices
+    if any(o.key_or_group in choices or _ABSENT is OmegaConf.select(base, o.key_or_group, default=_ABSENT,
+                                                                     throw_on_resolution_failure=False)
+           for o in values):
+        return None
+    cfg = copy.deepcopy(base)
+    for o in values:
+        OmegaConf.update(cfg, o.key_or_group, o.value(), merge=True)
+    task = [o for o in parsed if not o.is_hydra_override()]
+    cfg.hydra.overrides.task = [o.input_line for o in task]
+    cfg.hydra.overrides.hydra = [o.input_line for o in parsed if o.is_hydra_override()]
+    dirname = cfg.hydra.job.config.override_dirname  # Hydra's get_overrides_dirname, the same rule
+    lines = sorted(o.input_line for o in task if o.key_or_group not in dirname.exclude_keys)
+    cfg.hydra.job.override_dirname = dirname.item_sep.join(lines).replace("=", dirname.kv_sep)
+    return cfg
+
+
+_ABSENT = object()
 
 
 def grid(lines: list[str]) -> list[list[str]]:
