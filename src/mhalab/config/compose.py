@@ -102,6 +102,7 @@ class Composer:
 
         guard_sources()
         self._bases: dict[tuple[str, ...], DictConfig | None] = {}  # job_config's compositions by their overrides
+        self._group_names: set[str] | None = None
         self.config_name = args.config_name or CONFIG_NAME
         module = TASK_MODULE if task_function is None else task_function.__module__
         job_name = module.rpartition(".")[2]  # Hydra's task name: the task module's last part
@@ -196,7 +197,9 @@ class Composer:
         chooses an option, never sets a value."""
         from hydra.core.global_hydra import GlobalHydra
 
-        return set(GlobalHydra.instance().config_loader().list_groups(""))
+        if self._group_names is None:
+            self._group_names = set(GlobalHydra.instance().config_loader().list_groups(""))
+        return self._group_names
 
     def _base(self, lines: list[str]) -> DictConfig | None:
         """Hydra's composition of these overrides, kept for the jobs that share them (None where Hydra refuses
