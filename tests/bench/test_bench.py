@@ -65,7 +65,7 @@ def test_a_bad_override_is_one_sentence_naming_the_key_and_exit_2(sub, override,
 
 
 def test_cli_usage_cfg_and_unknown_subcommand(capsys):
-    assert run_command(["bench", "--help"]) == 0 and "complexity,train,startup,overhead,gpu" in \
+    assert run_command(["bench", "--help"]) == 0 and "complexity,train,startup,overhead,pace,gpu" in \
         capsys.readouterr().out
     assert run_command(["bench", "train", "--cfg"]) == 0 and "every_n_steps: 50" in capsys.readouterr().out
     assert run_command(["bench", "nope"]) == 2 and "unknown subcommand" in capsys.readouterr().err

@@ -1,4 +1,5 @@
-"""`mhalab bench {complexity,train,startup,overhead,gpu} [options]`: benchmarks of the cost claims, on the machine at hand.
+"""`mhalab bench {complexity,train,startup,overhead,pace,gpu} [options]`: benchmarks of the cost claims, on the
+machine at hand.
 
     complexity  one attention layer against n (FLOPs counted and in closed form, time, peak memory, log-log fits),
                 equal-cost heads (fixed n_heads x d_head), KV-cache decoding from MHA to MQA   (complexity.py)
@@ -8,6 +9,8 @@
                 imports, which every job of a sweep pays                                      (startup.py)
     overhead    a real run's training step against a plain PyTorch loop on the same model and batches, with
                 both fractions of the matmul peak measured in the same rounds                (overhead.py)
+    pace        overhead and startup in one run: the step, the 1-step job and a short sweep against plain
+                PyTorch, each against its goal, in one table                                   (pace.py)
     gpu         the GPU check: tests, training runs, throughput with MFU, complexity and decoding at GPU sizes,
                 and a report, into one folder; `--dry-run` runs it on the CPU with tiny shapes  (gpu.py)
 
