@@ -55,9 +55,13 @@ def test_jobs_that_differ_in_values_share_one_composition(monkeypatch, tmp_path)
     assert len(bases) == 2  # a group override is composed by Hydra for each option
 
 
-def test_a_bad_job_is_hydras_sentence(monkeypatch, tmp_path):
+@pytest.mark.parametrize("lines, words", [(["nosuchkey=1,2"], "nosuchkey"),
+                                          (["seed=1,abc"], "Error merging override seed=abc Value 'abc' of type "
+                                                           "'str' could not be converted to Integer")])
+def test_a_bad_job_is_hydras_sentence(monkeypatch, tmp_path, lines, words):
     from mhalab.errors import ConfigError
 
     monkeypatch.setenv("MHALAB_ROOT", str(tmp_path))
-    with pytest.raises(ConfigError, match="nosuchkey"):
-        _both(["nosuchkey=1,2"])
+    with pytest.raises(ConfigError) as e:
+        _both(lines)
+    assert words in str(e.value) and "$VALUE" not in str(e.value)

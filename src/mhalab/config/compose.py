@@ -272,7 +272,8 @@ def _with_values(base: DictConfig, parsed: list, values: list) -> DictConfig | N
     """A copy of `base` with `values` applied as Hydra applies a command line's values (its
     `_apply_overrides_to_config`: `OmegaConf.update(..., merge=True)` on the struct config, in order) and its
     record of the overrides (`hydra.overrides`, `hydra.job.override_dirname`) made as for all of `parsed`; None
-    when a key names a config group or is not in the config (Hydra then composes, or says why not)."""
+    when a key names a config group, is not in the config or refuses the value (Hydra then composes, or says why
+    not)."""
     import copy
 
     choices = base.hydra.runtime.choices
@@ -280,9 +281,14 @@ def _with_values(base: DictConfig, parsed: list, values: list) -> DictConfig | N
                                                                      throw_on_resolution_failure=False)
            for o in values):
         return None
+    from omegaconf.errors import OmegaConfBaseException
+
     cfg = copy.deepcopy(base)
-    for o in values:
-        OmegaConf.update(cfg, o.key_or_group, o.value(), merge=True)
+    try:
+        for o in values:
+            OmegaConf.update(cfg, o.key_or_group, o.value(), merge=True)
+    except OmegaConfBaseException:  # e.g. seed=abc: Hydra's composition says why, in its words
+        return None
     task = [o for o in parsed if not o.is_hydra_override()]
     cfg.hydra.overrides.task = [o.input_line for o in task]
     cfg.hydra.overrides.hydra = [o.input_line for o in parsed if o.is_hydra_override()]
