@@ -307,13 +307,13 @@ class OverheadConfig(MachineConfig):
 class PaceConfig(MachineConfig):
     """`mhalab bench pace`: `bench overhead` and `bench startup` in one run, their three figures in one table."""
 
-    recipe: List[str] = field(default_factory=lambda: ["experiment=kv_sweep"])  # the step's job
-    step_rounds: int = 7
-    steps_per_round: int = 40
-    job_rounds: int = 3
+    recipe: List[str] = field(default_factory=lambda: list(OverheadConfig().recipe))  # the step's job
+    step_rounds: int = OverheadConfig.rounds
+    steps_per_round: int = OverheadConfig.steps_per_round
+    job_rounds: int = 3  # fewer than `bench startup` alone, and the sweep's rounds more: the sweep is the far goal
     sweep_rounds: int = 3
-    sweep_runs: int = 6
-    sweep_steps: int = 100
+    sweep_runs: int = StartupConfig.sweep_runs
+    sweep_steps: int = StartupConfig.sweep_steps
 
     def __post_init__(self):
         super().__post_init__()
