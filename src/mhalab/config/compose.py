@@ -182,9 +182,9 @@ class Composer:
         lines = list(hydra) + list(job)
         with _hydra_errors(job):
             parsed = _parsed(lines)
-            groups = self._groups()
-            values = [o for o in parsed[len(hydra):] if _maybe_value(o, groups)]
-            base = self._base([o.input_line for o in parsed if not any(o is v for v in values)])
+            groups, own = self._groups(), parsed[len(hydra):]
+            values = [o for o in own if _maybe_value(o, groups)]
+            base = self._base(list(hydra) + [o.input_line for o in own if not _maybe_value(o, groups)])
             cfg = _with_values(base, parsed, values) if base is not None else None
             if cfg is None:  # a key that names a config group, or one the config lacks: Hydra's own composition
                 cfg = self._compose(lines)

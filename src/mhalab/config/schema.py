@@ -37,7 +37,7 @@ MAX_SEED = 2**32 - 1
 def clips_under_amp(precision: str, gradient_clip_val: float | None) -> bool:
     """Whether Lightning clips gradients under its mixed-precision plugin: it then refuses a fused AdamW (which
     unscales gradients inside its step) with a RuntimeError at the first step, seen on an H100 (experiments/gpu)."""
-    return str(precision).endswith("-mixed") and bool(gradient_clip_val) and gradient_clip_val > 0
+    return str(precision).endswith("-mixed") and gradient_clip_val is not None and gradient_clip_val > 0
 
 
 @dataclass

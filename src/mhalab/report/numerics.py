@@ -21,6 +21,7 @@ from mhalab.errors import ConfigError
 from mhalab.tables import Table, fmt_p, interval, write_csv
 
 FILES = ("stability.md", "stability.csv", "stability.json")
+FIGURES = ("estimate", "ci95_low", "ci95_high", "p", "p_holm")  # each numerics' figures of a comparison
 ENVIRONMENT = ("env_device", "env_cpu_capability", "env_aten_cpu_capability", "env_torch_threads", "env_blas",
                "env_mkldnn", "env_processor", "env_torch")  # runs.csv columns that say which kernels computed a run
 
@@ -90,8 +91,7 @@ def stability(files: list[Path]) -> dict:
         stable = None if same and classes[names[0]] == "no test" else same  # None: tested under no numerics
         rows.append({"arm": key[0], "baseline": per[names[0]]["baseline"], "endpoint": key[1],
                      "stable": stable, "verdict": classes[names[0]] if same else "flips",
-                     **{f"{name}/{k}": per[name].get(k) for name in names
-                        for k in ("estimate", "ci95_low", "ci95_high", "p", "p_holm")},
+                     **{f"{name}/{k}": per[name].get(k) for name in names for k in FIGURES},
                      **{f"{name}/verdict": classes[name] for name in names}})
     return {"numerics": list(names), "sources": [str(f) for f in files],
             "environment": {name: environment(Path(f)) for name, f in zip(names, files)}, "rows": rows}
@@ -123,7 +123,7 @@ def write(result: dict, out: Path) -> Path:
     for name in FILES:
         check_links(out / name, out, f"write {name} there")
     columns = ["arm", "baseline", "endpoint", "stable", "verdict"] + [
-        f"{n}/{k}" for n in result["numerics"] for k in ("estimate", "ci95_low", "ci95_high", "p", "p_holm", "verdict")]
+        f"{n}/{k}" for n in result["numerics"] for k in (*FIGURES, "verdict")]
     write_csv(out / "stability.csv", columns, result["rows"])
     (out / "stability.json").write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
     (out / "stability.md").write_text(markdown(result))
