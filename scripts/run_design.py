@@ -7,7 +7,8 @@ The plan is the experiment config's (src/mhalab/conf/experiment/EXPERIMENT.yaml)
 on endpoint.selection_seeds), once per design.strata entry; `mhalab report` then picks each arm's tuned value on
 those seeds (scripts/tuned_sweep.py's rule) and it is frozen; stage B runs each arm's chosen value on
 design.stage_b_seeds, and each design.numerics_seeds entry runs it again on its own fresh seeds: avx2 with
-ATEN_CPU_CAPABILITY=avx2 (two jobs, one thread each), threads2 with 2 torch threads (one job at a time). Every
+ATEN_CPU_CAPABILITY=avx2 (two jobs, one thread each), threads2 with 2 torch threads (one job at a time), bf16 in
+bf16 mixed precision (a design run on a GPU: `--numerics bf16 -- trainer=gpu trainer.precision=32-true`). Every
 stage writes a report (stage A alone; A with each fresh stage) beside the runs, under
 logs/EXPERIMENT/design/<stratum>/, and `mhalab report --numerics` reads them side by side into stability.md there:
 each verdict stable under every numerics, or flipping.
@@ -39,6 +40,7 @@ NUMERICS = {  # name -> (environment, overrides): the second numerics of design.
     "default": ({}, []),
     "avx2": ({"ATEN_CPU_CAPABILITY": "avx2"}, ["torch_threads=1"]),
     "threads2": ({}, ["torch_threads=2", "hydra.launcher.n_jobs=1"]),
+    "bf16": ({}, ["trainer.precision=bf16-mixed"]),  # a GPU design's second numerics (stage A and B in float32)
 }
 PLAN = """import json, sys
 from omegaconf import OmegaConf
@@ -89,8 +91,12 @@ def plan(experiment: str, stratum: list[str], config_dir: str | None = None) -> 
     return p
 
 
+SAME_ARM = ("trainer.precision",)  # keys a numerics sets that the report must not read as an arm (torch_threads and
+#   hydra.* are never arms)
+
+
 def report(dirs: list[Path], out: Path, baseline: str | None) -> None:
-    cmd = [*tuned_sweep.MHALAB, "report", *map(str, dirs), "--out", str(out)]
+    cmd = [*tuned_sweep.MHALAB, "report", *map(str, dirs), "--out", str(out), "--same-arm", ",".join(SAME_ARM)]
     print("$ mhalab report " + " ".join(cmd[3:]) + (f" --baseline {baseline}" if baseline else ""), flush=True)
     subprocess.run(cmd + (["--baseline", baseline] if baseline else []), check=True)
 
@@ -176,7 +182,7 @@ def main(argv: list[str]) -> None:
     numerics = [n for n in args.numerics.split(",") if n]
     for n in numerics:
         if n not in NUMERICS or n == "default":
-            sys.exit(f"--numerics {n!r}: give a comma-separated list of avx2, threads2")
+            sys.exit(f"--numerics {n!r}: give a comma-separated list of {', '.join(k for k in NUMERICS if k != 'default')}")
     state_file = base / "state.json"
     state = json.loads(state_file.read_text()) if state_file.exists() else {}
 

@@ -75,3 +75,19 @@ def test_baseline_forms_as_a_real_command(sweep, tmp_path):
         comparisons = _strict((out / "report.json").read_text())["comparisons"]
         assert {c["baseline"] for c in comparisons} == {"optim.lr=0.2"}
         assert {c["arm"] for c in comparisons} == {"optim.lr=0.1"}
+
+
+def test_same_arm_keys_make_no_arm_of_their_own(sweep):
+    """A design's second numerics (trainer.precision) joins the runs of its arm under --same-arm; without it, an
+    arm of its own (a user who sweeps the precision compares precisions)."""
+    d = sweep / "6"
+    d.mkdir()
+    write_summary(d, RunSummary(status="ok", task="bbc_news", objective="classification",
+                                overrides=["optim.lr=0.1", "seed=9", "trainer.precision=bf16-mixed"],
+                                config={"seed": 9}, metrics={"val/acc": 0.8, "val/loss": 1.0},
+                                test_metrics={"test/acc": 0.8}))
+    assert len(report([sweep], plots=False)["arms"]) == 3
+    assert parse(ReportOptions, ["d", "--same-arm", "trainer.precision"]).same_arm == ["trainer.precision"]
+    arms = report([sweep], plots=False, same_arm=("trainer.precision",))["arms"]
+    runs = {a.label: sum(len(c.runs) for c in a.cells.values()) for a in arms}
+    assert runs == {"optim.lr=0.1": 3, "optim.lr=0.2": 2}

@@ -9,7 +9,7 @@ from mhalab.training.train import _environment
 
 def test_the_environment_names_the_numerics_path(tmp_path, monkeypatch):
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
-    env = _environment()
+    env = _environment("32-true")
     assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert env["aten_cpu_capability"] == "avx2"
     assert env["torch_threads"] == torch.get_num_threads() and env["interop_threads"] >= 1

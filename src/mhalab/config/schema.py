@@ -298,8 +298,8 @@ class EndpointConfig:
                                   "that choose each arm's tuned value)")
 
 
-NUMERICS = ("avx2", "threads2")  # the second numerics a verdict is re-run under (scripts/run_design.py): torch's AVX2
-#   kernels (ATEN_CPU_CAPABILITY=avx2) or 2 torch threads instead of 1
+NUMERICS = ("avx2", "threads2", "bf16")  # the second numerics a verdict is re-run under (scripts/run_design.py):
+#   torch's AVX2 kernels (ATEN_CPU_CAPABILITY=avx2), 2 torch threads instead of 1, or bf16 mixed precision (the GPU's)
 
 
 @dataclass
@@ -310,7 +310,7 @@ class DesignConfig:
     fresh stage-B seeds, and again on each second numerics' own fresh seeds."""
 
     stage_b_seeds: List[int] = field(default_factory=list)  # fresh seeds at each arm's chosen value
-    numerics_seeds: Dict[str, List[int]] = field(default_factory=dict)  # avx2 | threads2 -> its own fresh seeds
+    numerics_seeds: Dict[str, List[int]] = field(default_factory=dict)  # avx2 | threads2 | bf16 -> its own fresh seeds
     strata: List[str] = field(default_factory=list)  # overrides run as separate sweeps, each reported on its own
     #   (e.g. "data.mqar.n_kv_pairs=8 data.mqar.seq_len=64"); empty: one sweep
     baseline: Optional[str] = None  # the arm each report compares with (mhalab report --baseline)

@@ -38,8 +38,8 @@ __all__ = ["report", "md_escape", "ReportOptions", "report_command"]
 
 def report(dirs: list[str | Path], out: str | Path | None = None, metric: str | None = None,
            use_wandb: bool = False, wandb_project: str = "mhalab", plots: bool = True,
-           baseline: str | None = None) -> dict[str, Any]:
-    """Write the report; returns {"arms", "comparisons", "failed", "metric", "out", "plots", "markdown"}."""
+           baseline: str | None = None, same_arm: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Write the report (same_arm: override keys that do not make an arm, see report.runs.place); returns {"arms", "comparisons", "failed", "metric", "out", "plots", "markdown"}."""
     dirs = [Path(d) for d in dirs]
     if not dirs:
         raise ConfigError("give at least one multirun directory")
@@ -51,7 +51,7 @@ def report(dirs: list[str | Path], out: str | Path | None = None, metric: str | 
         m = the_metric(found, metric)
         tuned = tuned_keys(found)
         selection_seeds(found)  # one declaration of the stages, or a ConfigError
-        arms = arms_of(place(found, tuned), m)
+        arms = arms_of(place(found, tuned, tuple(same_arm)), m)
         base = pick_baseline(arms, baseline)
         comparisons = [c for a in arms if a is not base for c in compare(a, base, m)]
         apply_holm(comparisons)
@@ -225,7 +225,7 @@ def cell_records(arms: list[Arm]) -> list[dict]:
 
 
 ENVIRONMENT = ("torch", "python", "machine", "processor", "device", "cpu_count", "torch_threads", "interop_threads",
-               "cpu_capability", "aten_cpu_capability", "mkldnn", "blas", "lapack", "omp_num_threads")
+               "cpu_capability", "aten_cpu_capability", "mkldnn", "blas", "lapack", "omp_num_threads", "precision")
 
 
 def run_records(arms: list[Arm]) -> list[dict]:
@@ -397,7 +397,8 @@ def report_command(o: ReportOptions) -> int:
         print(numerics.markdown(result))
         print(f"wrote {numerics.write(result, out)}, stability.csv and stability.json")
         return 0
-    r = report(o.dirs, o.out, o.metric, o.wandb, o.wandb_project, plots=o.plots, baseline=o.baseline)
+    r = report(o.dirs, o.out, o.metric, o.wandb, o.wandb_project, plots=o.plots, baseline=o.baseline,
+               same_arm=tuple(o.same_arm))
     print(r["markdown"])
     print(f"wrote {r['out'] / 'report.md'}, report.html, report.csv, runs.csv, report.json and {len(r['plots'])} "
           "picture(s)")

@@ -20,6 +20,8 @@ class ReportOptions:
                                          "val/bpb for text language modelling)")
     baseline: Optional[str] = option(None, "the arm every other one is compared with, e.g. "
                                            "'attention.n_kv_heads=8' (default: the first arm)")
+    same_arm: list[str] = option([], "override keys that do not make an arm of their own: a design's second "
+                                       "numerics, e.g. --same-arm trainer.precision (scripts/run_design.py)")
     wandb: bool = option(False, "also log the configurations to wandb (offline)")
     wandb_project: str = option("mhalab")
     plots: bool = option(True, "the pictures (--no-plots: none)")

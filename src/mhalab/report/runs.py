@@ -110,11 +110,12 @@ def key_of(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
-def place(runs: list[tuple[Path, RunSummary]], tuned: list[str]) -> list[Run]:
-    """Each run with its arm and cell."""
+def place(runs: list[tuple[Path, RunSummary]], tuned: list[str], same_arm: tuple[str, ...] = ()) -> list[Run]:
+    """Each run with its arm and cell; overrides of a key in same_arm (a design's second numerics, e.g.
+    trainer.precision) do not make an arm of their own."""
     out = []
     for job, s in runs:
-        kept = [o for o in s.overrides if not key_of(o).startswith(IGNORED_KEYS)]
+        kept = [o for o in s.overrides if not key_of(o).startswith(IGNORED_KEYS) and key_of(o) not in same_arm]
         arm = tuple(sorted(o for o in kept if key_of(o) not in tuned))
         cell = tuple(sorted(o for o in kept if key_of(o) in tuned))
         out.append(Run(job, s, arm, cell))

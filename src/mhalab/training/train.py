@@ -214,7 +214,7 @@ def train(tc, run_dir: Path, overrides: list[str], sweep_dir: Path | None = None
     fault = FaultInjection(**wanted) if wanted else None
     torch.set_num_threads(tc.torch_threads or job_threads())  # before the environment is recorded
     base = RunSummary(status="ok", task=tc.data.task, objective=tc.data.objective, overrides=overrides,
-                      config=tc.redaction(_plain(tc)), environment=_environment())
+                      config=tc.redaction(_plain(tc)), environment=_environment(tc.trainer.precision))
     job = _Job(tc, run_dir, base, last, stop, fault, t_start)
     try:
         stop.install()  # from here a signal stops the run at once, or at a step boundary while training
@@ -493,9 +493,10 @@ def job_threads() -> int:
     return max(1, n // max(1, jobs))
 
 
-def _environment() -> dict[str, Any]:
+def _environment(precision: str) -> dict[str, Any]:
     """What the numerics depend on: versions, CPU and its kernels (cpu_capability, ATEN_CPU_CAPABILITY), the BLAS
-    and oneDNN path (blas, lapack, mkldnn, torch_config), threads (parallel_info) and the scheduler."""
+    and oneDNN path (blas, lapack, mkldnn, torch_config), threads (parallel_info), the trainer's precision and the
+    scheduler."""
     import lightning as L
     import torch
 
@@ -505,6 +506,7 @@ def _environment() -> dict[str, Any]:
             "machine": platform.machine(), "processor": _cpu_name(), "cpu_count": os.cpu_count(),
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
             "torch_threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
+            "precision": str(precision),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # the CPU kernels: results differ across them
             "aten_cpu_capability": os.environ.get("ATEN_CPU_CAPABILITY"),  # a cap on them, if set
             "mkldnn": bool(torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled),
