@@ -9,6 +9,9 @@
 
     python scripts/diagnose_decode.py OUT.json           # on a CUDA machine (under a minute)
     python scripts/diagnose_decode.py OUT.json --dry     # the same on the CPU, tiny: checks the script only
+    python scripts/diagnose_decode.py OUT.json --render  # OUT.md again from OUT.json
+
+Writes OUT.json and its tables, OUT.md.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from mhalab.bench.decode import decode_case
+from mhalab.tables import Table, fmt
 
 BACKENDS = {  # name -> the backends SDPA may choose from
     "default": None,
@@ -63,11 +67,36 @@ def raw_sdpa(device, dtype, B: int, H: int, G: int, D: int, S: int, calls: int, 
     return {"ms": 1e3 * statistics.median(times), "ms_min": 1e3 * min(times)}
 
 
+def markdown(res: dict) -> str:
+    """The two measurements as tables, one row per case (ms medians; a backend that cannot run says why)."""
+    m = res["machine"]
+    raw = Table(["backends allowed", "n_kv_heads", "keys per call", "ms / call", "min ms"])
+    for r in res["raw"]:
+        raw.add([r["backends"], r["n_kv_heads"], f"{r['keys']} ({r['S']}{'+' if r['keys'] == 'growing' else ''})",
+                 fmt(r.get("ms"), 3) if "ms" in r else r["error"], fmt(r.get("ms_min"), 3) if "ms" in r else "-"])
+    dec = Table(["backends allowed", "batch", "n_kv_heads", "context", "ms / token", "min ms"])
+    for r in res["decode"]:
+        ok = "ms_per_token" in r
+        dec.add([r["backends"], r["batch"], r["n_kv_heads"], r["context"],
+                 fmt(r["ms_per_token"], 3) if ok else r["error"], fmt(r["ms_min"], 3) if ok else "-"])
+    return (f"# SDPA decoding under each backend choice\n\nMachine: {m['device']}, torch {m['torch']} (CUDA "
+            f"{m['cuda']}), Python {m['python']}, {m['dtype']}; `python scripts/diagnose_decode.py`. Medians over "
+            "the timed calls.\n\n## 1. One SDPA call, a single query (B 1, 8 query heads of 64)\n\n"
+            f"{raw.markdown()}\n\n## 2. The bench's decode: LanguageModel with a KV cache (d_model 512, 8 heads, "
+            f"2 layers), per token\n\n{dec.markdown()}\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
     ap.add_argument("--dry", action="store_true", help="CPU, tiny shapes: checks the script")
+    ap.add_argument("--render", action="store_true", help="write OUT.md from an existing OUT.json")
     args = ap.parse_args()
+    md = args.out.removesuffix(".json") + ".md"
+    if args.render:
+        with open(args.out) as f, open(md, "w") as g:
+            g.write(markdown(json.load(f)))
+        return
     device = torch.device("cpu" if args.dry else "cuda")
     dtype = torch.float32 if args.dry else torch.bfloat16
     S, calls = (64, 4) if args.dry else (2048, 16)
@@ -102,6 +131,8 @@ def main() -> None:
                 print("decode", row, flush=True)
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1)
+    with open(md, "w") as f:
+        f.write(markdown(res))
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@
 # precision (design.numerics_seeds.bf16), each group of strata by its own runner, the runners side by side.
 #   experiments/gpu/design.sh EXPERIMENT OUT_DIR STRATA [STRATA ...]      e.g. kv_capacity /tmp/g 0,2 1,3
 #   GPU_CHECK_DRY=1 experiments/gpu/design.sh ...                          the same on the CPU, tiny: checks the script
-# Env: JOBS runs at a time per runner (8), DESIGN_S seconds before each runner is stopped (450; what finished is kept:
-# a stratum's reports are complete once its runner has written them). Runner r writes OUT_DIR/strata-<r>/logs/...
-# (scripts/run_design.py with MHALAB_ROOT there; --no-freeze: the code is the tree this script runs from).
+# Env: JOBS runs at a time per runner (8), DESIGN_S seconds before every runner is stopped (450; what finished is
+# kept). Stratum i keeps its state and runs in OUT_DIR/stratum-<i>/logs/... whichever runner runs it
+# (scripts/run_design.py with MHALAB_ROOT there; --no-freeze: the code is the tree this script runs from), so the
+# same OUT_DIR given again, on the same machine, resumes every stratum where it stopped.
 set -u
 EXP=${1:?usage: experiments/gpu/design.sh EXPERIMENT OUT_DIR STRATA [STRATA ...]}; OUT=${2:?}; shift 2
 JOBS=${JOBS:-8}; DESIGN_S=${DESIGN_S:-450}
@@ -16,16 +17,19 @@ else
   TRAINER=(trainer=gpu trainer.precision=32-true)
 fi
 mkdir -p "$OUT"
+export EXP OUT JOBS
+RUNNER='for i in ${1//,/ }; do  # the strata of one group, one after another
+  mkdir -p "$OUT/stratum-$i"
+  echo "== $EXP stratum $i $(date -u +%T)" >> "$OUT/stratum-$i/design.log"
+  MHALAB_ROOT="$OUT/stratum-$i" python3 scripts/run_design.py "$EXP" --no-freeze --numerics bf16 --strata "$i" -- \
+    "${@:2}" torch_threads=1 hydra.launcher.n_jobs="$JOBS" >> "$OUT/stratum-$i/design.log" 2>&1 || exit
+done'
 for S in "$@"; do
-  R="$OUT/strata-${S//,/-}"
-  mkdir -p "$R"
-  echo "== $EXP strata $S $(date -u +%T) -> $R"
-  MHALAB_ROOT="$R" timeout -s INT "$DESIGN_S" python3 scripts/run_design.py "$EXP" --no-freeze --numerics bf16 \
-    --strata "$S" -- "${TRAINER[@]}" torch_threads=1 hydra.launcher.n_jobs="$JOBS" > "$R/design.log" 2>&1 &
+  echo "== $EXP strata $S $(date -u +%T)"
+  timeout -s INT "$DESIGN_S" bash -c "$RUNNER" runner "$S" "${TRAINER[@]}" &
 done
 wait
-for S in "$@"; do
-  R="$OUT/strata-${S//,/-}"
-  echo "== strata $S $(date -u +%T): $(find "$R" -name summary.json | wc -l) runs; reports: $(find "$R" -name report.md | wc -l)"
-  tail -3 "$R/design.log"
+for d in "$OUT"/stratum-*; do
+  echo "== $d $(date -u +%T): $(find "$d" -name summary.json | wc -l) runs; reports: $(find "$d" -name report.md | wc -l)"
+  tail -2 "$d/design.log"
 done

@@ -11,16 +11,23 @@ hook_pattern, hook_z, hook_result). Definitions: docs/definitions.md#the-attenti
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from mhalab.checks import check_choice, check_int, check_number
 from mhalab.heads import kv_head_of, resolve_heads
 from mhalab.hooks import PATTERN_POINTS, call_hooks
 from mhalab.architecture import BACKENDS
+
+# Decoding on CUDA names SDPA's backends: with torch's default choice each call whose key length is new (every
+# decoding step) cost ~34 ms on an H100, whichever kernel then ran; with the backends named, 0.75-0.82 ms a token
+# (scripts/diagnose_decode.py, experiments/gpu/h100-2/decode.md). Training keeps torch's choice (its shapes repeat).
+DECODE_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 class KVCache:
@@ -212,9 +219,10 @@ class MultiHeadAttention(nn.Module):
             # GQA: enable_gqa, chosen by measurement (scripts/measure_gqa_sdpa.py; figures in docs/performance.md):
             # less memory than repeat_interleave, whose extra is the (B, H, S, D) copy of K and V. Both stay on the
             # fused kernel with a mask (a materialised (B, H, T, S) score matrix would be 1 GiB).
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=None if plain_causal else mask,
-                                               is_causal=plain_causal, dropout_p=dropout_p,
-                                               enable_gqa=self.n_kv_heads != self.n_heads)  # (B, H, T, D)
+            with sdpa_kernel(DECODE_BACKENDS) if cache is not None and q.is_cuda else contextlib.nullcontext():
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=None if plain_causal else mask,
+                                                   is_causal=plain_causal, dropout_p=dropout_p,
+                                                   enable_gqa=self.n_kv_heads != self.n_heads)  # (B, H, T, D)
             weights = None
         if mask is not None and not plain_causal:
             # A query row with every key masked (e.g. an all-padding sequence) gives NaN; zero it so it stays inert.
