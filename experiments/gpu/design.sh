@@ -2,6 +2,7 @@
 # A declared design of issue 27 on one GPU: stage A and stage B in float32, the second numerics in bf16 mixed
 # precision (design.numerics_seeds.bf16), each group of strata by its own runner, the runners side by side.
 #   experiments/gpu/design.sh EXPERIMENT OUT_DIR STRATA [STRATA ...]      e.g. kv_capacity /tmp/g 0,2 1,3
+#   (a design without design.strata is one stratum: STRATA 0)
 #   GPU_CHECK_DRY=1 experiments/gpu/design.sh ...                          the same on the CPU, tiny: checks the script
 # Env: JOBS runs at a time per runner (8), DESIGN_S seconds before every runner is stopped (450; what finished is
 # kept). Stratum i keeps its state and runs in OUT_DIR/stratum-<i>/logs/... whichever runner runs it

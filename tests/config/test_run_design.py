@@ -13,7 +13,7 @@ from mhalab.errors import ConfigError
 from mhalab.runs.preflight import compose, validate
 
 REPO = Path(__file__).resolve().parents[2]
-DESIGNS = ["kv_lr_curve", "kv_capacity", "kv_bpb", "head_width_dff", "seq_len_threshold"]
+DESIGNS = ["kv_lr_curve", "kv_capacity", "kv_bpb", "head_width_dff", "seq_len_threshold", "head_count_curve"]
 
 
 @pytest.mark.parametrize("name", DESIGNS)
@@ -25,7 +25,7 @@ def test_each_design_composes_with_fresh_seeds_per_stage(name):
     assert t.design.stage_b_seeds and {"avx2", "threads2"} <= set(t.design.numerics_seeds)
     assert t.endpoint.tuned == ["optim.lr"] and t.design.baseline
     lrs = str(p.hydra.sweeper.params["optim.lr"]).split(",")
-    assert len(lrs) >= (6 if name in ("kv_lr_curve", "head_width_dff", "seq_len_threshold") else 3)
+    assert len(lrs) >= (6 if name in ("kv_lr_curve", "head_width_dff", "seq_len_threshold", "head_count_curve") else 3)
     for stratum in t.design.strata or [""]:  # every stratum composes and passes the checks
         validate(compose([f"experiment={name}", *stratum.split()]))
 
