@@ -128,3 +128,27 @@ def test_layer_summary_averages_each_checkpoints_layer_mean_and_worst_head():
     assert row["worst_d_ci95_low"] < -0.25 < row["worst_d_ci95_high"]
     (row,) = layer_summary([{"heads": [{"layer": 0, "zero_dbpb": d} for d in (0.1, 0.3)]}], "bpb")
     assert row["worst_d"] == pytest.approx(0.3) and row["worst_d_ci95_low"] is None  # lower is better: the rise
+
+
+def test_ablate_publishes_comparisons_and_sources_that_report_numerics_reads(ckpts, tmp_path, capsys):
+    """ablation.json carries the pruning table's tests in report form, runs.csv each source's environment, so that
+    `mhalab report --numerics` puts two ablations of one design side by side (pruning's second numerics)."""
+    outs = []
+    for name in ("B", "avx2"):
+        out = tmp_path / name
+        main(["ablate", *map(str, ckpts), f"out={out}", "batches=2", "random_orders=2", "step=0.25"])
+        outs.append(f"{name}:{out / 'ablation.json'}")
+    result = json.loads((tmp_path / "B" / "ablation.json").read_text())
+    tested = [r for r in result["pruning"] if r["n_pruned"] > 0]
+    assert len(result["comparisons"]) == 2 * len(tested)
+    c = result["comparisons"][0]
+    assert c["arm"] == "importance order" and c["baseline"] == "random orders (mean)"
+    assert c["endpoint"] == "test bpb with 2 of 8 heads pruned" and c["estimate"] == tested[0]["vs_random_mean"]
+    with (tmp_path / "B" / "runs.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 and {r["in_verdicts"] for r in rows} == {"True"} and rows[0]["env_cpu_capability"]
+    main(["report", "--numerics", *outs, "--out", str(tmp_path / "stab")])
+    stab = json.loads((tmp_path / "stab" / "stability.json").read_text())
+    assert len(stab["rows"]) == len(result["comparisons"])
+    assert {r["baseline"] for r in stab["rows"]} == {"random orders (mean)", "single-head ablation order"}
+    assert all(r["stable"] in (True, None) for r in stab["rows"])  # the same checkpoints: the same verdicts

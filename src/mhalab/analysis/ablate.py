@@ -18,7 +18,9 @@ of the random orders (10th to 90th percentile of all seeds x orders), and the di
 (each seed against the mean of its own random orders) and importance minus the ablation order, paired by checkpoint
 (exact sign-flip test), Holm-adjusted over all levels and both comparisons (`mhalab.stats`).
 Outputs in `--out` (default `<run_dir of the first checkpoint>/ablation`): heads.md/.csv, pruning.md/.csv,
-ablation.json, ablation_heatmap.png, pruning_curve.png.
+ablation.json (with the tests as `comparisons`, in `mhalab report`'s form), runs.csv (each checkpoint's seed and
+environment), ablation_heatmap.png, pruning_curve.png. `mhalab report --numerics A:<ablation.json> B:<...>` says of
+each test whether its verdict holds across ablations of fresh checkpoints under different numerics.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from mhalab.stats import holm, lower_is_better, mean_ci, paired
 from mhalab.tables import Table, write_csv
 from mhalab.analysis.options import AblateOptions
 from mhalab.pictures import new_figure
+from mhalab.runs.summary import ENVIRONMENT
 
 def _by_layer(heads: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
     selected: dict[int, list[int]] = {}
@@ -207,6 +210,7 @@ def ablate_one(ckpt: Path, importance_split: str, eval_split: str, max_batches: 
                             for o in random_orders(module, n_random, seed)]
     return {"checkpoint": str(ckpt), "run_dir": str(run_dir), "task": summary.task,
             "seed": summary.config.get("seed"), "base": base, "heads": rows, "curves": curves,
+            "environment": {k: (summary.environment or {}).get(k) for k in ENVIRONMENT},
             "n_layers": len(module.attention_layers()), "n_heads": module.arch.attention.n_heads}
 
 
@@ -242,6 +246,22 @@ def aggregate_curves(results: list[dict[str, Any]], key: str) -> list[dict[str, 
         if not r.get(f"{side}_degenerate"):
             r[f"{side}_verdict"] = "separated" if adj < 0.05 else "not separated"
     return rows
+
+
+def comparisons(agg: list[dict[str, Any]], key: str, n_heads: int) -> list[dict[str, Any]]:
+    """The pruning table's tests in `mhalab report`'s comparison form (arm, baseline, endpoint, estimate, interval,
+    p, Holm p, verdict), so that `mhalab report --numerics` compares them across numerics like a report's."""
+    out = []
+    for r in agg:
+        for side, baseline in (("vs_random", "random orders (mean)"), ("vs_ablation", "single-head ablation order")):
+            if f"{side}_mean" in r:
+                out.append({"arm": "importance order", "baseline": baseline,
+                            "endpoint": f"test {key} with {r['n_pruned']} of {n_heads} heads pruned",
+                            "estimate": r[f"{side}_mean"], "ci95_low": r.get(f"{side}_ci95_low"),
+                            "ci95_high": r.get(f"{side}_ci95_high"), "p": r.get(f"{side}_p"),
+                            "p_holm": r.get(f"{side}_p_holm"), "degenerate": r.get(f"{side}_degenerate"),
+                            "verdict": r.get(f"{side}_verdict") or "no test"})
+    return out
 
 
 def layer_summary(results: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
@@ -412,8 +432,12 @@ def ablate(checkpoints: list[Path], out: Path | None = None, importance_split: s
         plot_pruning(agg, key, out / "pruning_curve.png",
                      f"{first['task']}: iterative head pruning (Michel et al. 2019) vs random orders",
                      len(results), n_random)
-    result = {"results": results, "pruning": agg, "importance_split": importance_split, "eval_split": eval_split,
-              "key": key}
+    n_heads = first["n_layers"] * first["n_heads"]
+    result = {"results": results, "pruning": agg, "comparisons": comparisons(agg, key, n_heads),
+              "importance_split": importance_split, "eval_split": eval_split, "key": key}
+    write_csv(out / "runs.csv", ["seed", "checkpoint", "in_verdicts", *(f"env_{k}" for k in ENVIRONMENT)],
+              [{"seed": r["seed"], "checkpoint": r["checkpoint"], "in_verdicts": True,
+                **{f"env_{k}": r["environment"].get(k) for k in ENVIRONMENT}} for r in results])
     (out / "ablation.json").write_text(json.dumps(result, indent=2))
     result["out"] = out
     return result

@@ -30,7 +30,7 @@ from mhalab.report import figures, numerics
 from mhalab.report.options import ReportOptions
 from mhalab.report.arms import HEAD_STATS, Arm, apply_holm, arms_of, compare, head_stats, median_text, pick_baseline
 from mhalab.report.runs import COST, find_runs, place, seed_order, selection_seeds, the_metric, tuned_keys
-from mhalab.runs.summary import json_text
+from mhalab.runs.summary import ENVIRONMENT, json_text
 from mhalab.tables import Table, fmt, fmt_p, interval, md_escape, write_csv
 
 __all__ = ["report", "md_escape", "ReportOptions", "report_command"]
@@ -224,8 +224,6 @@ def cell_records(arms: list[Arm]) -> list[dict]:
     return out
 
 
-ENVIRONMENT = ("torch", "python", "machine", "processor", "device", "cpu_count", "torch_threads", "interop_threads",
-               "cpu_capability", "aten_cpu_capability", "mkldnn", "blas", "lapack", "omp_num_threads", "precision")
 
 
 def run_records(arms: list[Arm]) -> list[dict]:

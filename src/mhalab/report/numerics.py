@@ -76,20 +76,20 @@ def stability(files: list[Path]) -> dict:
             data = json.loads(Path(f).read_text())
         except (OSError, ValueError) as e:
             raise ConfigError(f"--numerics: {f} is not a report.json ({e})") from None
-        reports[name] = {(c["arm"], c["endpoint"]): c for c in data.get("comparisons", [])}
+        reports[name] = {(c["arm"], c["baseline"], c["endpoint"]): c for c in data.get("comparisons", [])}
     keys = list(reports[names[0]])
     for name in names[1:]:
         if set(reports[name]) != set(keys):
             gap = sorted(set(keys) ^ set(reports[name]))
-            raise ConfigError(f"--numerics: {names[0]} and {name} hold different comparisons ({gap[0][0]}, "
-                              f"{gap[0][1]}): give reports of one design")
+            raise ConfigError(f"--numerics: {names[0]} and {name} hold different comparisons ({gap[0][0]} vs "
+                              f"{gap[0][1]}, {gap[0][2]}): give reports of one design")
     rows = []
     for key in keys:
         per = {name: reports[name][key] for name in names}
         classes = {name: verdict_class(c) for name, c in per.items()}
         same = len(set(classes.values())) == 1
         stable = None if same and classes[names[0]] == "no test" else same  # None: tested under no numerics
-        rows.append({"arm": key[0], "baseline": per[names[0]]["baseline"], "endpoint": key[1],
+        rows.append({"arm": key[0], "baseline": key[1], "endpoint": key[2],
                      "stable": stable, "verdict": classes[names[0]] if same else "flips",
                      **{f"{name}/{k}": per[name].get(k) for name in names for k in FIGURES},
                      **{f"{name}/verdict": classes[name] for name in names}})

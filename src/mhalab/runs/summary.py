@@ -29,6 +29,9 @@ from mhalab.errors import ConfigError
 SCHEMA_VERSION = 1
 SUMMARY = "summary.json"
 STATUSES = ("ok", "failed", "interrupted")
+ENVIRONMENT = ("torch", "python", "machine", "processor", "device", "cpu_count", "torch_threads", "interop_threads",
+               "cpu_capability", "aten_cpu_capability", "mkldnn", "blas", "lapack", "omp_num_threads", "precision")
+#   the keys of a run's environment its published row carries (runs.csv's env_* columns: report and ablate)
 MAX_BYTES = 64 * 2**20  # a summary of a 1000-layer x 1000-head model is far below this
 MAX_DEPTH = 12
 MAX_HEADS = 1 << 16  # layers x heads of a per-head matrix
