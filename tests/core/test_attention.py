@@ -251,6 +251,24 @@ def test_kv_cache_decoding_matches_full_causal_pass():
     assert cache.length == 7 and cache.nbytes == 2 * 2 * 2 * 7 * 4 * 4
 
 
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
+def test_the_decoding_backend_list_serves_every_layout(n_kv_heads):
+    """DECODE_BACKENDS (what attention names when it decodes on CUDA) always holds a backend that takes a cached
+    step of MHA, GQA and MQA (math here; the GPU test runs the CUDA path), with the same result as torch's choice."""
+    from torch.nn.attention import sdpa_kernel
+
+    from mhalab.attention import DECODE_BACKENDS
+
+    attn = MultiHeadAttention(16, 4, n_kv_heads).eval()
+    x = torch.randn(2, 7, 16)
+    full, _ = attn(x, causal=True)
+    cache = KVCache(2, n_kv_heads, 16, 4)
+    with sdpa_kernel(DECODE_BACKENDS):
+        steps = [attn(x[:, :3], causal=True, cache=cache)[0]]
+        steps += [attn(x[:, t:t + 1], causal=True, cache=cache)[0] for t in range(3, 7)]
+    assert torch.allclose(torch.cat(steps, 1), full, atol=ATOL)
+
+
 @pytest.mark.parametrize("pos", ["rotary", "learned"])
 def test_kv_cache_takes_the_compute_dtype_under_a_bf16_autocast(pos):
     """Float32 parameters under a bf16 autocast (a bf16-mixed run): the cache holds bf16 keys and values, so its
