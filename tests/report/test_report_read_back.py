@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from mhalab.options import parse
-from mhalab.report.command import report
+from mhalab.errors import ConfigError
+from mhalab.report.command import report, report_command
 from mhalab.report.options import ReportOptions
 from mhalab.runs.summary import RunSummary, read_summary, write_summary
 
@@ -84,10 +85,26 @@ def test_same_arm_keys_make_no_arm_of_their_own(sweep):
     d.mkdir()
     write_summary(d, RunSummary(status="ok", task="bbc_news", objective="classification",
                                 overrides=["optim.lr=0.1", "seed=9", "trainer.precision=bf16-mixed"],
-                                config={"seed": 9}, metrics={"val/acc": 0.8, "val/loss": 1.0},
+                                config={"seed": 9, "trainer": {"precision": "bf16-mixed"}},
+                                metrics={"val/acc": 0.8, "val/loss": 1.0},
                                 test_metrics={"test/acc": 0.8}))
     assert len(report([sweep], plots=False)["arms"]) == 3
     assert parse(ReportOptions, ["d", "--same-arm", "trainer.precision"]).same_arm == ["trainer.precision"]
     arms = report([sweep], plots=False, same_arm=("trainer.precision",))["arms"]
     runs = {a.label: sum(len(c.runs) for c in a.cells.values()) for a in arms}
     assert runs == {"optim.lr=0.1": 3, "optim.lr=0.2": 2}
+
+    with pytest.raises(ConfigError, match="--same-arm trainer.nonexistent: not a key of these runs' configs"):
+        report([sweep], plots=False, same_arm=("trainer.nonexistent",))
+
+
+def test_numerics_refuses_what_it_would_ignore_and_a_report_given_twice(sweep, tmp_path):
+    r = report([sweep], plots=False)
+    path = str(r["out"] / "report.json")
+    for extra in (["--same-arm", "trainer.precision"], ["--metric", "val/acc"]):
+        with pytest.raises(ConfigError, match="--numerics compares finished reports: --"):
+            report_command(parse(ReportOptions, ["--numerics", f"a:{path}", f"b:{path}", *extra]))
+    with pytest.raises(ConfigError, match="one report is given twice"):
+        report_command(parse(ReportOptions, ["--numerics", f"a:{path}", f"b:{path}"]))
+    with pytest.raises(ConfigError, match="same name \\(report, report\\): name each as NAME:path"):
+        report_command(parse(ReportOptions, ["--numerics", path, str(tmp_path / "report" / "report.json")]))

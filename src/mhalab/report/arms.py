@@ -179,7 +179,8 @@ def _difference(a: Cell, b: Cell, metric: str) -> dict:
         why = "paired by seed: same architecture, so the same initialisation and data order"
     else:
         c = inf.two_sample([v for v in va.values() if v is not None], [v for v in vb.values() if v is not None])
-        why = "unpaired: the arms' parameter shapes differ, so a seed gives them different initialisations"
+        why = ("unpaired: the arms' parameter shapes differ, so a seed gives them different initialisations"
+               if not same_arch else "unpaired: fewer than 2 seeds in common")
     return {"estimate": c.mean, "ci95_low": c.ci95_low, "ci95_high": c.ci95_high, "test": f"{c.test}; {why}",
             "p": c.p, "p_min": c.p_min, "detectable": c.mde80, "degenerate": c.degenerate,
             "arm_value": _mean_str(a.values(metric)), "baseline_value": _mean_str(b.values(metric))}

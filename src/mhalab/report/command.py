@@ -390,6 +390,10 @@ def report_command(o: ReportOptions) -> int:
         print(experiments_table(o.dirs))
         return 0
     if o.numerics:
+        given = [f"--{k.replace('_', '-')}" for k in ("same_arm", "metric", "baseline") if getattr(o, k)]
+        if given:
+            raise ConfigError(f"--numerics compares finished reports: {', '.join(given)} belong to the command that "
+                              "made each report, not to --numerics")
         result = numerics.stability(o.dirs)
         out = Path(o.out) if o.out is not None else numerics.named(o.dirs[0])[1].parent.parent  # beside the reports
         print(numerics.markdown(result))

@@ -69,7 +69,10 @@ def stability(files: list[Path]) -> dict:
                           "report-avx2)")
     names, files = zip(*map(named, files))
     if len(set(names)) != len(names):
-        raise ConfigError(f"--numerics: two reports share a folder name ({', '.join(names)}); each names its numerics")
+        raise ConfigError(f"--numerics: two reports have the same name ({', '.join(names)}): name each as "
+                          "NAME:path/report.json (a path alone is named by its folder, report-avx2 -> avx2)")
+    if len({Path(f).resolve() for f in files}) != len(files):
+        raise ConfigError("--numerics: one report is given twice; give each numerics' own report.json")
     reports = {}
     for name, f in zip(names, files):
         try:

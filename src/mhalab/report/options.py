@@ -27,5 +27,6 @@ class ReportOptions:
     plots: bool = option(True, "the pictures (--no-plots: none)")
     table: bool = option(False, "print the experiments table of README.md from the given report.json files instead "
                                 "(experiments/*/results/report.json)")
-    numerics: bool = option(False, "compare the given report.json files of one design under different numerics "
-                                   "(report-B, report-avx2, ...): each verdict stable or flipping (stability.md)")
+    numerics: bool = option(False, "compare the given report.json files (or ablation.json) of one design under "
+                                   "different numerics, each as NAME:path (or a path in report-NAME/): each "
+                                   "verdict stable or flipping (stability.md)")

@@ -113,6 +113,10 @@ def key_of(override: str) -> str:
 def place(runs: list[tuple[Path, RunSummary]], tuned: list[str], same_arm: tuple[str, ...] = ()) -> list[Run]:
     """Each run with its arm and cell; overrides of a key in same_arm (a design's second numerics, e.g.
     trainer.precision) do not make an arm of their own."""
+    for key in same_arm:
+        if not any(_has_key(s.config, key) for _, s in runs):
+            raise ConfigError(f"--same-arm {key}: not a key of these runs' configs; give keys such as "
+                              "trainer.precision")
     out = []
     for job, s in runs:
         kept = [o for o in s.overrides if not key_of(o).startswith(IGNORED_KEYS) and key_of(o) not in same_arm]
@@ -120,6 +124,15 @@ def place(runs: list[tuple[Path, RunSummary]], tuned: list[str], same_arm: tuple
         cell = tuple(sorted(o for o in kept if key_of(o) in tuned))
         out.append(Run(job, s, arm, cell))
     return out
+
+
+def _has_key(config: dict, dotted: str) -> bool:
+    node = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def declared(runs: list[tuple[Path, RunSummary]], key: str) -> tuple[list, set]:
