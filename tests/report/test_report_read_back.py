@@ -108,3 +108,13 @@ def test_numerics_refuses_what_it_would_ignore_and_a_report_given_twice(sweep, t
         report_command(parse(ReportOptions, ["--numerics", f"a:{path}", f"b:{path}"]))
     with pytest.raises(ConfigError, match="same name \\(report, report\\): name each as NAME:path"):
         report_command(parse(ReportOptions, ["--numerics", path, str(tmp_path / "report" / "report.json")]))
+
+
+def test_a_seed_twice_in_one_cell_is_named(sweep):
+    d = sweep / "7"
+    d.mkdir()
+    write_summary(d, RunSummary(status="ok", task="bbc_news", objective="classification",
+                                overrides=["optim.lr=0.1", "seed=1"], config={"seed": 1},
+                                metrics={"val/acc": 0.6, "val/loss": 1.0}, test_metrics={"test/acc": 0.6}))
+    with pytest.raises(ConfigError, match="arm optim.lr=0.1 at - has two runs of seed 1: report one sweep"):
+        report([sweep], plots=False)

@@ -116,8 +116,10 @@ def arms_of(runs: list[Run], metric: str) -> list[Arm]:
             cell.runs.sort(key=lambda r: seed_order(r.seed))
             seeds = cell.seeds
             if len(set(map(str, seeds))) != len(seeds):
-                raise ConfigError(f"arm {arm.label} at {cell.label} has two runs of one seed ({seeds}): report one "
-                                  "sweep of each design, not a sweep and its rerun")
+                twice = sorted({str(x) for x in seeds if list(map(str, seeds)).count(str(x)) > 1})
+                raise ConfigError(f"arm {arm.label or '-'} at {cell.label} has two runs of seed {', '.join(twice)}: "
+                                  "report one sweep of each design, not a sweep and its rerun (or a --same-arm key "
+                                  "joined arms that share seeds)")
 
     def order(a: Arm) -> tuple:
         d = a.design
