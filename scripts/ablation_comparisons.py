@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from mhalab.analysis.ablate import comparisons
-from mhalab.runs.summary import ENVIRONMENT
+from mhalab.runs.summary import ENV_COLUMNS, ENVIRONMENT, env_row
 from mhalab.tables import write_csv
 
 
@@ -30,8 +30,8 @@ def main(argv: list[str]) -> None:
     data["comparisons"] = comparisons(data["pruning"], data["key"], first["n_layers"] * first["n_heads"])
     path.write_text(json.dumps(data, indent=2))
     rows = [{"seed": r["seed"], "checkpoint": r["checkpoint"], "in_verdicts": True,
-             **{f"env_{k}": facts.get(k, "-") for k in ENVIRONMENT}} for r in data["results"]]
-    write_csv(path.parent / "runs.csv", ["seed", "checkpoint", "in_verdicts", *(f"env_{k}" for k in ENVIRONMENT)], rows)
+             **env_row({k: facts.get(k, "-") for k in ENVIRONMENT})} for r in data["results"]]
+    write_csv(path.parent / "runs.csv", ["seed", "checkpoint", "in_verdicts", *ENV_COLUMNS], rows)
     print(f"{path}: {len(data['comparisons'])} comparisons; {path.parent / 'runs.csv'}: {len(rows)} checkpoints")
 
 

@@ -182,7 +182,8 @@ def main(argv: list[str]) -> None:
     numerics = [n for n in args.numerics.split(",") if n]
     for n in numerics:
         if n not in NUMERICS or n == "default":
-            sys.exit(f"--numerics {n!r}: give a comma-separated list of {', '.join(k for k in NUMERICS if k != 'default')}")
+            sys.exit(f"--numerics {n!r}: give a comma-separated list of "
+                     f"{', '.join(k for k in NUMERICS if k != 'default')}")
     state_file = base / "state.json"
     state = json.loads(state_file.read_text()) if state_file.exists() else {}
 

@@ -48,7 +48,7 @@ from mhalab.stats import holm, lower_is_better, mean_ci, paired
 from mhalab.tables import Table, write_csv
 from mhalab.analysis.options import AblateOptions
 from mhalab.pictures import new_figure
-from mhalab.runs.summary import ENVIRONMENT
+from mhalab.runs.summary import ENV_COLUMNS, env_row
 
 def _by_layer(heads: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
     selected: dict[int, list[int]] = {}
@@ -210,7 +210,7 @@ def ablate_one(ckpt: Path, importance_split: str, eval_split: str, max_batches: 
                             for o in random_orders(module, n_random, seed)]
     return {"checkpoint": str(ckpt), "run_dir": str(run_dir), "task": summary.task,
             "seed": summary.config.get("seed"), "base": base, "heads": rows, "curves": curves,
-            "environment": {k: (summary.environment or {}).get(k) for k in ENVIRONMENT},
+            "environment": env_row(summary.environment),  # runs.csv's env_* columns
             "n_layers": len(module.attention_layers()), "n_heads": module.arch.attention.n_heads}
 
 
@@ -435,9 +435,9 @@ def ablate(checkpoints: list[Path], out: Path | None = None, importance_split: s
     n_heads = first["n_layers"] * first["n_heads"]
     result = {"results": results, "pruning": agg, "comparisons": comparisons(agg, key, n_heads),
               "importance_split": importance_split, "eval_split": eval_split, "key": key}
-    write_csv(out / "runs.csv", ["seed", "checkpoint", "in_verdicts", *(f"env_{k}" for k in ENVIRONMENT)],
-              [{"seed": r["seed"], "checkpoint": r["checkpoint"], "in_verdicts": True,
-                **{f"env_{k}": r["environment"].get(k) for k in ENVIRONMENT}} for r in results])
+    write_csv(out / "runs.csv", ["seed", "checkpoint", "in_verdicts", *ENV_COLUMNS],
+              [{"seed": r["seed"], "checkpoint": r["checkpoint"], "in_verdicts": True, **r["environment"]}
+               for r in results])
     (out / "ablation.json").write_text(json.dumps(result, indent=2))
     result["out"] = out
     return result

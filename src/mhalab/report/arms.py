@@ -18,6 +18,7 @@ selection seed is ever in a verdict.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,9 +115,8 @@ def arms_of(runs: list[Run], metric: str) -> list[Arm]:
     for arm in arms.values():
         for cell in arm.cells.values():
             cell.runs.sort(key=lambda r: seed_order(r.seed))
-            seeds = cell.seeds
-            if len(set(map(str, seeds))) != len(seeds):
-                twice = sorted({str(x) for x in seeds if list(map(str, seeds)).count(str(x)) > 1})
+            twice = sorted(s for s, n in Counter(map(str, cell.seeds)).items() if n > 1)
+            if twice:
                 raise ConfigError(f"arm {arm.label or '-'} at {cell.label} has two runs of seed {', '.join(twice)}: "
                                   "report one sweep of each design, not a sweep and its rerun (or a --same-arm key "
                                   "joined arms that share seeds)")

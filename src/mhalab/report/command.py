@@ -30,7 +30,7 @@ from mhalab.report import figures, numerics
 from mhalab.report.options import ReportOptions
 from mhalab.report.arms import HEAD_STATS, Arm, apply_holm, arms_of, compare, head_stats, median_text, pick_baseline
 from mhalab.report.runs import COST, find_runs, place, seed_order, selection_seeds, the_metric, tuned_keys
-from mhalab.runs.summary import ENVIRONMENT, json_text
+from mhalab.runs.summary import ENV_COLUMNS, env_row, json_text
 from mhalab.tables import Table, fmt, fmt_p, interval, md_escape, write_csv
 
 __all__ = ["report", "md_escape", "ReportOptions", "report_command"]
@@ -39,7 +39,8 @@ __all__ = ["report", "md_escape", "ReportOptions", "report_command"]
 def report(dirs: list[str | Path], out: str | Path | None = None, metric: str | None = None,
            use_wandb: bool = False, wandb_project: str = "mhalab", plots: bool = True,
            baseline: str | None = None, same_arm: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Write the report (same_arm: override keys that do not make an arm, see report.runs.place); returns {"arms", "comparisons", "failed", "metric", "out", "plots", "markdown"}."""
+    """Write the report (same_arm: override keys that do not make an arm, see report.runs.place); returns {"arms",
+    "comparisons", "failed", "metric", "out", "plots", "markdown"}."""
     dirs = [Path(d) for d in dirs]
     if not dirs:
         raise ConfigError("give at least one multirun directory")
@@ -224,8 +225,6 @@ def cell_records(arms: list[Arm]) -> list[dict]:
     return out
 
 
-
-
 def run_records(arms: list[Arm]) -> list[dict]:
     """One record per run: where it sits (arm, cell, seed, stage, in a verdict), every val and test metric, its
     steps to the threshold and the environment it ran in."""
@@ -235,12 +234,11 @@ def run_records(arms: list[Arm]) -> list[dict]:
         for c in a.cells.values():
             for r in c.runs:
                 s = r.summary
-                env = s.environment or {}
                 out.append({"arm": a.label, "cell": c.label, "seed": r.seed, "stage": r.stage,
                             "chosen_cell": c is chosen, "in_verdicts": c is chosen and r.stage != "A",
                             "reached": r.reached(), "threshold_step": r.endpoint.get("threshold_step"),
                             "steps": r.steps(), "train_steps": s.timings.get("train_steps"),
-                            **s.metrics, **s.test_metrics, **{f"env_{k}": env.get(k) for k in ENVIRONMENT},
+                            **s.metrics, **s.test_metrics, **env_row(s.environment),
                             "dir": f"{r.dir.parent.name}/{r.dir.name}"})  # multirun folder / job
     return out
 
@@ -248,7 +246,7 @@ def run_records(arms: list[Arm]) -> list[dict]:
 def run_columns(records: list[dict]) -> list[str]:
     metrics = sorted({k for r in records for k in r if "/" in k})
     return ["arm", "cell", "seed", "stage", "chosen_cell", "in_verdicts", "reached", "threshold_step", "steps",
-            "train_steps", *metrics, *(f"env_{k}" for k in ENVIRONMENT), "dir"]
+            "train_steps", *metrics, *ENV_COLUMNS, "dir"]
 
 
 def stages_text(arms: list[Arm], tuned: bool) -> str:

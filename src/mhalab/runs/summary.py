@@ -32,6 +32,13 @@ STATUSES = ("ok", "failed", "interrupted")
 ENVIRONMENT = ("torch", "python", "machine", "processor", "device", "cpu_count", "torch_threads", "interop_threads",
                "cpu_capability", "aten_cpu_capability", "mkldnn", "blas", "lapack", "omp_num_threads", "precision")
 #   the keys of a run's environment its published row carries (runs.csv's env_* columns: report and ablate)
+ENV_COLUMNS = tuple(f"env_{k}" for k in ENVIRONMENT)
+
+
+def env_row(environment: dict | None) -> dict:
+    """A run's environment as runs.csv's env_* columns (a key it lacks: None)."""
+    return {f"env_{k}": (environment or {}).get(k) for k in ENVIRONMENT}
+
 MAX_BYTES = 64 * 2**20  # a summary of a 1000-layer x 1000-head model is far below this
 MAX_DEPTH = 12
 MAX_HEADS = 1 << 16  # layers x heads of a per-head matrix
