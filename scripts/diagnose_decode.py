@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import json
 import platform
-import statistics
 import time
 
 import torch
@@ -28,6 +27,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from mhalab.bench.decode import decode_case
+from mhalab.bench.timing import median, sync
 from mhalab.tables import Table, fmt
 
 BACKENDS = {  # name -> the backends SDPA may choose from
@@ -42,11 +42,6 @@ BACKENDS = {  # name -> the backends SDPA may choose from
 
 def allowed(name: str):
     return sdpa_kernel(BACKENDS[name]) if BACKENDS[name] else contextlib.nullcontext()
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def raw_sdpa(device, dtype, B: int, H: int, G: int, D: int, S: int, calls: int, growing: bool, name: str) -> dict:
@@ -64,7 +59,7 @@ def raw_sdpa(device, dtype, B: int, H: int, G: int, D: int, S: int, calls: int, 
             sync(device)
             if i >= 3:
                 times.append(time.perf_counter() - t)
-    return {"ms": 1e3 * statistics.median(times), "ms_min": 1e3 * min(times)}
+    return {"ms": 1e3 * median(times), "ms_min": 1e3 * min(times)}
 
 
 def markdown(res: dict) -> str:
