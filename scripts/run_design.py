@@ -15,7 +15,9 @@ each verdict stable under every numerics, or flipping.
 
 Run from the folder that holds `logs/` (or set MHALAB_ROOT). The code is a frozen copy of the committed src/
 (git archive of HEAD when the design starts, under logs/EXPERIMENT/design/code-<commit>/, named in its state.json and
-used by every later stage), so editing the tree or committing while a design runs changes nothing; a tree with uncommitted changes under src/ is refused. Resumable: run the same command again; finished
+used to train every later stage), so editing the tree or committing while a design runs changes no run; a tree
+with uncommitted changes under src/ is refused. The reports are this checkout's `mhalab report` (analysis fixes
+reach a design started before them). Resumable: run the same command again; finished
 stages are skipped (logs/EXPERIMENT/design/state.json) and a started one continues with resume=true. Stage B does
 not start when the baseline's chosen cell left a stage-A run short of the endpoint threshold (censored baseline):
 the design then needs a longer budget, declared before anything more runs.
@@ -95,10 +97,17 @@ SAME_ARM = ("trainer.precision",)  # keys a numerics sets that the report must n
 #   hydra.* are never arms)
 
 
+def analysis_env() -> dict:
+    """The environment a report runs in: this checkout's src/, not the design's frozen copy. The frozen code trains
+    (so every run of a design is the same code); the analysis is the current `mhalab report`, so its fixes and
+    options reach a design started before them."""
+    return {**os.environ, "PYTHONPATH": str(REPO / "src")}
+
+
 def report(dirs: list[Path], out: Path, baseline: str | None) -> None:
     cmd = [*tuned_sweep.MHALAB, "report", *map(str, dirs), "--out", str(out), "--same-arm", ",".join(SAME_ARM)]
     print("$ mhalab report " + " ".join(cmd[3:]) + (f" --baseline {baseline}" if baseline else ""), flush=True)
-    subprocess.run(cmd + (["--baseline", baseline] if baseline else []), check=True)
+    subprocess.run(cmd + (["--baseline", baseline] if baseline else []), check=True, env=analysis_env())
 
 
 def censored_baseline(a_dir: Path, baseline: str | None, threshold: float | None) -> str | None:
@@ -142,7 +151,8 @@ def run_stratum(experiment: str, stratum: list[str], p: dict, numerics: list[str
     a_dir = stage("A", [])
     report([a_dir], a_dir / "report", p["baseline"])
     if p["threshold"] is not None:  # the curve: escape rate and median steps against the learning rate, per arm
-        subprocess.run([sys.executable, str(REPO / "scripts" / "lr_curve.py"), str(a_dir / "report")], check=True)
+        subprocess.run([sys.executable, str(REPO / "scripts" / "lr_curve.py"), str(a_dir / "report")], check=True,
+                       env=analysis_env())
     stop = censored_baseline(a_dir, p["baseline"], p["threshold"])
     if stop:
         sys.exit(f"[{key}] {stop}")
@@ -160,7 +170,7 @@ def run_stratum(experiment: str, stratum: list[str], p: dict, numerics: list[str
     if len(made) > 1:  # each verdict stable or flipping across the numerics (stability.md beside the reports)
         cmd = [*tuned_sweep.MHALAB, "report", "--numerics", *map(str, made), "--out", str(folder)]
         print("$ mhalab report --numerics " + " ".join(cmd[4:]), flush=True)
-        subprocess.run(cmd, check=True)
+        subprocess.run(cmd, check=True, env=analysis_env())
 
 
 def main(argv: list[str]) -> None:
