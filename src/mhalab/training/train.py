@@ -15,6 +15,7 @@ sweep on this machine stops as a whole, with one line and the command that resum
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import os
 import platform
@@ -46,6 +47,10 @@ CONFIG_PATH = "pkg://mhalab.conf"
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
+    # What the imports made (torch, Lightning, Hydra: ~430,000 objects) lives as long as the process: frozen, the
+    # collector no longer walks it at every full collection that composing configs triggers (the first composition
+    # took 0.33 s of CPU, 0.17 s frozen; `mhalab bench startup`).
+    gc.freeze()
     register()
     register_resolvers()
     new_command()
