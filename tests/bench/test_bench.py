@@ -450,10 +450,12 @@ def test_pace_puts_the_three_figures_of_its_two_benches_in_one_table(tmp_path, m
 
     got = {}
 
-    def overhead(cfg):
-        got["overhead"] = cfg
+    def overhead(cfg):  # the step's recipe, then the sweep's runs
+        got["sweep_step" if "overhead" in got else "overhead"] = cfg
+        if cfg.out_dir.endswith("sweep_step"):
+            return {"config": {"recipe": cfg.recipe}, "ratio": 1.21, "cpu_ratio": 1.2, "floor_ratio": 1.15}
         return {"config": {"recipe": cfg.recipe}, "ratio": 1.04, "cpu_ratio": 1.06, "peak_gflops": 120.0,
-                "run_peak": 0.2, "plain_peak": 0.21}
+                "run_peak": 0.2, "plain_peak": 0.21, "floor_ratio": 1.03}
 
     def startup(cfg):
         got["startup"] = cfg
@@ -469,7 +471,14 @@ def test_pace_puts_the_three_figures_of_its_two_benches_in_one_table(tmp_path, m
     assert (step["wall"], step["goal"], step["verdict"]) == (1.04, config.OverheadConfig().goal, "within")
     assert (job["wall"], job["goal"], job["verdict"]) == (1.31, config.StartupConfig().goal, "OVER by 0.060")
     assert (sweep["wall"], sweep["goal"]) == (1.2, config.StartupConfig().sweep_goal)
-    assert sweep["figure"] == "4-job, 100-step sweep" and sweep["verdict"] == "OVER by 0.100"
+    assert sweep["figure"] == "4-job, 100-step sweep"
+    assert sweep["verdict"] == "OVER by 0.100; the goal is under Lightning's own floor, 1.150"
+    # the sweep's own runs (bench startup's tiny run, steps set by the bench) timed as the step is
+    assert got["sweep_step"].out_dir == str(tmp_path / "sweep_step")
+    assert got["sweep_step"].recipe == [o for o in config.TINY_RUN if not o.startswith("trainer.max_steps=")]
+    assert "its runs' training step against the plain loop: 1.210" in sweep["detail"]
+    assert "(`Trainer(barebones=True)`, same model, the floor): 1.150" in sweep["detail"]
+    assert step["detail"].endswith("the floor): 1.030")
     assert r["within_goals"] is False
     text = (tmp_path / "report.md").read_text()
     assert "| 1.040 | 1.060 | 1.05 | within |" in text and "run 0.200, plain 0.210" in text

@@ -292,6 +292,7 @@ class OverheadConfig(MachineConfig):
     warmup_steps: int = 20
     goal: float = 1.05  # the ratio run / plain the step should stay within
     cache_dir: Optional[str] = None  # the data cache (default: the run's own)
+    floor: bool = True  # also time the same plain rounds under a bare Lightning Trainer (Lightning's own floor)
 
     def __post_init__(self):
         super().__post_init__()

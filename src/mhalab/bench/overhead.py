@@ -11,13 +11,18 @@ memory. Both sides run on the same threads (`torch_threads` of the recipe); the 
 `torch.use_deterministic_algorithms` (a plain loop does not ask for it, so the run's setting counts as its cost). Reported: the median of the per-round ratios run / plain, and each
 side's fraction of the matmul peak measured in the same rounds (model FLOPs: `mhalab.cost.train_flops`), and the
 median ratio of process CPU time per step, which other work on a loaded machine moves far less than wall time.
+With `floor=true` (the default) the same plain rounds then run beside a bare Lightning Trainer
+(`Trainer(barebones=True)`, `BareModule`: the same model, loss, optimiser and clipping, nothing else): Lightning's
+own floor, which no run it trains can go under, and run / bare, what mhalab adds to it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -96,7 +101,8 @@ class PlainRounds(L.Callback):
 
 def plain_loop(trainer, pl_module, pool: int):
     """(step function, a batch) of a plain loop on a copy of the run's model and optimiser settings, over `pool`
-    batches drawn once from the run's training loader (then indexed in memory, in turn)."""
+    batches drawn once from the run's training loader, or all of them when it has fewer (then indexed in memory, in
+    turn)."""
     from mhalab.model import build_model
     from mhalab.training.evaluation import mean_cross_entropy
     from mhalab.training.module import adamw_kwargs, lr_lambda
@@ -120,6 +126,7 @@ def plain_loop(trainer, pl_module, pool: int):
         batches.append(b)
         if len(batches) == pool:
             break
+    pool = len(batches)
     ids = torch.stack([b["input_ids"] for b in batches])  # (pool, B, T)
     labels = torch.stack([b["labels"] for b in batches])  # (pool, B, T) or (pool, B)
     lm = pl_module.is_lm
@@ -139,6 +146,57 @@ def plain_loop(trainer, pl_module, pool: int):
         sched.step()
 
     return step, batches[0]
+
+
+class BareModule(L.LightningModule):
+    """The run's model as Lightning's own examples train it: `training_step` returns the loss, and
+    `configure_optimizers` gives AdamW with the run's groups and warm-up/cosine schedule; no metrics, no logging.
+    Under `Trainer(barebones=True)` (`bare_rounds`), what it costs beyond the plain loop is Lightning's own loop:
+    the floor under any run mhalab trains with Lightning."""
+
+    def __init__(self, arch, optim: dict):
+        from mhalab.model import build_model
+
+        super().__init__()
+        self.arch, self.optim = arch, optim
+        self.model = build_model(arch)
+        self.is_lm = arch.objective != "classification"
+
+    def training_step(self, batch, batch_idx):
+        from mhalab.training.evaluation import mean_cross_entropy
+
+        logits = self.model(batch["input_ids"]).logits  # (B, T, V) or (B, C)
+        y = batch["labels"]
+        return mean_cross_entropy(logits.reshape(-1, logits.shape[-1]) if self.is_lm else logits,
+                                  y.reshape(-1) if self.is_lm else y)
+
+    def configure_optimizers(self):
+        from mhalab.training.module import AttentionLitModule
+
+        self.hparams.optim = self.optim  # what AttentionLitModule.configure_optimizers and `plain_loop` read
+        return AttentionLitModule.configure_optimizers(self)
+
+
+def bare_rounds(tc, cfg: OverheadConfig, steps: int) -> list[dict]:
+    """`PlainRounds` rows of `BareModule` on the run's data, model and starting seed, in a Trainer with
+    `barebones=True` (Lightning's mode for measuring its own overhead: no logger, checkpoint, progress bar, model
+    summary or sanity check), no validation or determinism, and the run's gradient clipping."""
+    from mhalab.data import build_datamodule
+
+    L.seed_everything(tc.seed, workers=True, verbose=False)
+    dm = build_datamodule(tc.data, seed=tc.seed)
+    dm.prepare_data()
+    dm.setup("fit")
+    module = BareModule(tc.architecture(dm.vocab_size, dm.objective, dm.n_classes), dataclasses.asdict(tc.optim))
+    rounds = PlainRounds(cfg.steps_per_round, cfg.rounds, cfg.warmup_steps)
+    trainer = L.Trainer(accelerator="cpu", devices=1, barebones=True, max_steps=steps, max_epochs=-1,
+                        limit_val_batches=0, gradient_clip_val=tc.trainer.gradient_clip_val, callbacks=[rounds])
+    with warnings.catch_warnings():  # the datamodule has validation batches; this module, no validation_step
+        warnings.filterwarnings("ignore", message=".*val_dataloader.*validation_step")
+        trainer.fit(module, datamodule=dm)
+    if len(rounds.rows) < cfg.rounds:
+        raise RuntimeError(f"the bare Lightning run stopped after {len(rounds.rows)} of {cfg.rounds} rounds")
+    return rounds.rows
 
 
 def run_overhead(cfg: OverheadConfig) -> dict:
@@ -164,18 +222,23 @@ def run_overhead(cfg: OverheadConfig) -> dict:
                                                   "steps": cfg.steps_per_round, "rounds": cfg.rounds,
                                                   "warmup": cfg.warmup_steps}
         train(tc, run_dir, overrides)
-    rounds = PlainRounds.last
-    rows = rounds.rows
-    if len(rows) < cfg.rounds:
-        raise RuntimeError(f"the run stopped after {len(rows)} of {cfg.rounds} rounds")
+        rounds = PlainRounds.last
+        rows = rounds.rows
+        if len(rows) < cfg.rounds:
+            raise RuntimeError(f"the run stopped after {len(rows)} of {cfg.rounds} rounds")
+        floor = bare_rounds(tc, cfg, steps) if cfg.floor else []
     med = {k: statistics.median(r[k] for r in rows)
            for k in ("ratio", "run_peak", "plain_peak", "peak_gflops", "cpu_ratio")}
+    if floor:
+        med["floor_ratio"] = statistics.median(r["ratio"] for r in floor)
+        med["floor_cpu_ratio"] = statistics.median(r["cpu_ratio"] for r in floor)
     info["loadavg_end"] = loadavg()
     info["torch_threads"] = torch.get_num_threads()
     info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     result = {"machine": info, "config": {"recipe": cfg.recipe, "rounds": cfg.rounds, "goal": cfg.goal,
                                           "steps_per_round": cfg.steps_per_round, "warmup_steps": cfg.warmup_steps},
-              "flops_per_step": rounds.flops_per_step, "rows": rows, **med, "within_goal": med["ratio"] <= cfg.goal}
+              "flops_per_step": rounds.flops_per_step, "rows": rows, "floor_rows": floor, **med,
+              "within_goal": med["ratio"] <= cfg.goal}
     verdict = "within" if med["ratio"] <= cfg.goal else "OVER"
     report = (f"# mhalab bench overhead: a run's training step against a plain PyTorch loop\n\n"
               f"machine: {info['cpu']} ({info['cpu_capability']} kernels), {info['cpu_count']} CPUs, "
@@ -188,7 +251,13 @@ def run_overhead(cfg: OverheadConfig) -> dict:
               f"**median run / plain: {med['ratio']:.3f}** ({verdict} the goal of {cfg.goal:g}); fraction of the "
               f"float32 matmul peak ({med['peak_gflops']:.1f} GFLOP/s, measured each round): run "
               f"**{med['run_peak']:.3f}**, plain **{med['plain_peak']:.3f}**; median run / plain in process CPU time "
-              f"(what other work on a loaded machine moves least): {med['cpu_ratio']:.3f}\n")
-    write(out, result, report, [("overhead", rows)])
+              f"(what other work on a loaded machine moves least): {med['cpu_ratio']:.3f}\n"
+              + (f"\n**Lightning's floor**: the same model, plain loop and rounds under a bare Trainer (`BareModule`: "
+                 f"training_step returns the loss; `Trainer(barebones=True)`, no validation or determinism; the "
+                 f"run's clipping): bare Lightning / plain **{med['floor_ratio']:.3f}** (CPU "
+                 f"{med['floor_cpu_ratio']:.3f}); what mhalab adds on top: run / bare "
+                 f"{med['ratio'] / med['floor_ratio']:.3f} (its rounds below, where 'run' is the bare Trainer)\n\n"
+                 f"{md_table(floor, COLUMNS)}\n" if floor else ""))
+    write(out, result, report, [("overhead", rows)] + ([("floor", floor)] if floor else []))
     print(report)
     return result
