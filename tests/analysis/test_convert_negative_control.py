@@ -45,3 +45,39 @@ def test_a_margin_the_controls_pass_is_reported_as_unable_to_fail():
 def test_no_margin_no_negative_controls():
     _, comps = summarise(rows(broken=0.5), "acc", margin=None)
     assert not controls(comps)
+
+
+def test_conversions_under_two_numerics_are_judged_by_report_numerics(tmp_path):
+    """conversion.json's comparisons carry `mhalab report`'s arm, baseline, endpoint and estimate, and runs.csv
+    sits beside it: `mhalab report --numerics` reads two of them. The equivalence of mean-pool and the MHA control
+    is part of the verdict: the same difference test with equivalence shown under one numerics only flips."""
+    import csv
+    import json
+
+    from mhalab.report import numerics
+    from mhalab.runs.summary import ENV_COLUMNS
+
+    def conversion(name: str, spread: float) -> str:
+        out = tmp_path / name
+        out.mkdir()
+        data = rows(broken=0.5)
+        for r in data:  # mean-pool moves `spread` from the control, up on odd sources, down on even ones
+            if r["init"] == "mean":
+                r["acc"] += spread * (1 if r["seed"] % 2 else -1)
+        _, comps = summarise(data, "acc", margin=0.02)
+        (out / "conversion.json").write_text(json.dumps({"comparisons": comps}))
+        with open(out / "runs.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, ["seed", "in_verdicts", *ENV_COLUMNS])
+            w.writeheader()
+            w.writerows({"seed": s, "in_verdicts": True, "env_cpu_capability": name} for s in range(10))
+        return f"{name}:{out / 'conversion.json'}"
+
+    result = numerics.stability([conversion("AVX512", 0.0), conversion("AVX2", 0.1)])
+    by = {(r["arm"], r["baseline"]): r for r in result["rows"]}
+    main = by[("mean-pool", "MHA control (same total steps)")]
+    assert main["endpoint"] == "acc, paired by source" and main["stable"] is False
+    assert main["AVX512/verdict"] == "not separated; equivalent within ±0.02"
+    assert main["AVX2/verdict"] == "not separated; not shown equivalent within ±0.02"
+    control = by[("random init", "source (before uptraining; negative control)")]
+    assert control["stable"] is True and control["verdict"] == "not shown equivalent within ±0.02"
+    assert result["environment"]["AVX2"]["cpu_capability"] == "AVX2"

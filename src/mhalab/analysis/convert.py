@@ -20,7 +20,9 @@ Evaluation uses the whole split unless `--batches N` limits it. Across sources, 
 interval over seeds, and the paired differences that decide the claims (mean-pool vs first, vs random, vs the MHA
 control, vs GQA from scratch; exact sign-flip tests, Holm-adjusted; `mhalab.stats`); `--margin D`, declared
 before the run, tests mean-pool vs the MHA control for equivalence within +-D (TOST).
-Outputs in `--out` (default `<run_dir of the first source>/convert_gqa<G>`): conversion.md/.csv/.json, conversion.png.
+Outputs in `--out` (default `<run_dir of the first source>/convert_gqa<G>`): conversion.md/.csv/.json, conversion.png,
+and runs.csv (each source's seed and environment): conversion.json's comparisons carry `mhalab report`'s arm,
+baseline, endpoint and estimate, so `mhalab report --numerics` judges them under each numerics.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from mhalab.training.console import each_with_progress, quiet_lightning
 from mhalab.errors import ConfigError
 from mhalab.training.evaluation import evaluate, headline, split_batches
 from mhalab.heads import resolve_heads
+from mhalab.runs.summary import ENV_COLUMNS, env_row
 from mhalab.stats import holm, lower_is_better, mean_ci, paired, tost
 from mhalab.tables import Table, write_csv
 from mhalab.analysis.options import ConvertOptions
@@ -145,7 +148,8 @@ def convert_one(ckpt: Path, n_kv_heads: int, inits: list[str], uptrain_fraction:
                 "total_steps": total_steps, "params": params(module), "eval_examples": n_examples,
                 **evaluate(module, batches)}
 
-    rows = [row(f"source ({kind})", "-", "trained", original, src)]
+    rows = [{**row(f"source ({kind})", "-", "trained", original, src),
+             "environment": env_row(summary.environment)}]  # runs.csv's env_* columns
     if mha_control:
         control = variant(src)
         control.load_state_dict(src.state_dict())
@@ -202,10 +206,10 @@ def summarise(rows: list[dict[str, Any]], key: str, margin: float | None = None)
                          scratch_total)):
         common = sorted(set(a) & set(b), key=str)
         if common:
-            c = {"comparison": label, **paired([a[s] - b[s] for s in common]).to_dict()}
+            c = {"comparison": label, **report_form(label, key), **paired([a[s] - b[s] for s in common]).to_dict()}
             if margin is not None and "MHA control" in label and len(common) >= 2:
                 t = tost([a[s] - b[s] for s in common], margin)
-                c.update({"tost_margin": margin, "tost_p": t["p"],
+                c.update({"tost_margin": margin, "tost_p": t["p"], "equivalent": t["equivalent"],
                           "equivalence": f"equivalent within ±{margin:g} (TOST p {t['p']:.2g})" if t["equivalent"]
                           else f"not shown equivalent within ±{margin:g} (TOST p {t['p']:.2g})"})
             comparisons.append(c)
@@ -214,11 +218,21 @@ def summarise(rows: list[dict[str, Any]], key: str, margin: float | None = None)
         if adj is not None and not c.get("degenerate"):
             c["verdict"] = "separated" if adj < 0.05 else "not separated"
     if margin is not None:
-        comparisons += negative_controls(at, values(lambda r: r["stage"] == "trained"), margin)
+        comparisons += negative_controls(at, values(lambda r: r["stage"] == "trained"), margin, key)
+    for c in comparisons:
+        c["estimate"] = c["mean"]  # `mhalab report`'s name for the difference
     return table, comparisons
 
 
-def negative_controls(at, source: dict, margin: float) -> list[dict]:
+def report_form(label: str, key: str) -> dict[str, str]:
+    """A comparison's arm, baseline and endpoint as `mhalab report` names them ("mean-pool - first (after
+    uptraining)" -> arm "mean-pool", baseline "first (after uptraining)"), so that `mhalab report --numerics` reads
+    conversion.json beside a report's."""
+    arm, baseline = label.split(" - ", 1)
+    return {"arm": arm, "baseline": baseline, "endpoint": f"{key}, paired by source"}
+
+
+def negative_controls(at, source: dict, margin: float, key: str) -> list[dict]:
     """Inits that must FAIL the equivalence test with the source (outside the Holm family: their TOST is the
     point): KV heads converted by a random or first-head init, before uptraining. One that passes means the margin
     cannot tell a broken model from the source (issue 27), and the verdict says so."""
@@ -229,8 +243,10 @@ def negative_controls(at, source: dict, margin: float) -> list[dict]:
         if len(common) < 2:
             continue
         t = tost([a[s] - source[s] for s in common], margin)
-        out.append({"comparison": f"{init} init - source (before uptraining; negative control)",
+        label = f"{init} init - source (before uptraining; negative control)"
+        out.append({"comparison": label, **report_form(label, key),
                     **paired([a[s] - source[s] for s in common]).to_dict(), "tost_margin": margin, "tost_p": t["p"],
+                    "equivalent": t["equivalent"],
                     "equivalence": f"{'EQUIVALENT' if t['equivalent'] else 'not equivalent'} within ±{margin:g} "
                                    f"(TOST p {t['p']:.2g})",
                     "verdict": "negative control PASSED equivalence: the margin cannot fail" if t["equivalent"]
@@ -326,6 +342,9 @@ def convert(checkpoints: list[Path], n_kv_heads: int, inits: list[str] | None = 
     result = {"checkpoints": [str(c) for c in checkpoints], "task": task, "n_kv_heads": n_kv_heads,
               "uptrain_fraction": uptrain_fraction, "key": key, "margin": margin, "split": split,
               "max_batches": max_batches, "rows": rows, "table": table, "comparisons": comparisons}
+    write_csv(out / "runs.csv", ["seed", "checkpoint", "in_verdicts", *ENV_COLUMNS],
+              [{"seed": r["seed"], "checkpoint": c, "in_verdicts": True, **r["environment"]}
+               for c, r in zip(checkpoints, (r for r in rows if r["stage"] == "trained"))])
     (out / "conversion.json").write_text(json.dumps(result, indent=2))
     plot_conversion(table, key, out / "conversion.png", n_kv_heads, task)
     result["out"] = out

@@ -30,7 +30,16 @@ def verdict_class(c: dict) -> str:
     """A comparison's verdict as the stability check compares it: no test, not separated, or separated with the
     side the arm lies on (a separation in opposite directions is a flip): the estimate's sign, or for steps to the
     threshold the log-rank's `direction` (+ = the arm takes more steps); a report without either says only
-    "separated"."""
+    "separated". A comparison with an equivalence test (`equivalent`, TOST within ±`tost_margin`: mhalab convert)
+    adds its outcome, alone where the comparison has no Holm-adjusted difference test (a negative control)."""
+    if c.get("equivalent") is not None:
+        eq = f"{'equivalent' if c['equivalent'] else 'not shown equivalent'} within ±{c['tost_margin']:g}"
+        return eq if c.get("p_holm") is None else f"{difference_class(c)}; {eq}"
+    return difference_class(c)
+
+
+def difference_class(c: dict) -> str:
+    """No test, not separated, or separated with the arm's side (`verdict_class`)."""
     if c.get("p") is None or c.get("degenerate"):
         return "no test"
     if c["verdict"] != "separated":
