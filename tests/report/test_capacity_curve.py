@@ -1,0 +1,49 @@
+"""scripts/capacity_curve.py: per arm, the final accuracy and the share reaching the threshold against the MQAR load,
+and the largest load each arm solves (the design's rule: 7 of its 8 tested runs reach the threshold)."""
+
+import csv
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import capacity_curve  # noqa: E402
+
+
+def report(folder: Path, reached: dict[str, int]) -> str:
+    """A report folder's runs.csv: 8 tested runs an arm, `reached[arm]` of them at the threshold; one stage-A run
+    (not tested) that must not count."""
+    folder.mkdir(parents=True)
+    with open(folder / "runs.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, ["arm", "seed", "stage", "in_verdicts", "reached", "test/acc"])
+        w.writeheader()
+        for arm, k in reached.items():
+            w.writerow({"arm": arm, "seed": 0, "stage": "A", "in_verdicts": False, "reached": True, "test/acc": 1.0})
+            for s in range(8):
+                w.writerow({"arm": arm, "seed": 10 + s, "stage": "B", "in_verdicts": True, "reached": s < k,
+                            "test/acc": 0.995 if s < k else 0.3})
+    return str(folder)
+
+
+def test_the_largest_load_solved_follows_the_declared_rule(tmp_path):
+    mha, mqa = "attention.n_kv_heads=4", "attention.n_kv_heads=1"
+    loads = [f"4:{report(tmp_path / 'l4', {mha: 8, mqa: 8})}", f"8:{report(tmp_path / 'l8', {mha: 8, mqa: 7})}",
+             f"16:{report(tmp_path / 'l16', {mha: 7, mqa: 6})}", f"32:{report(tmp_path / 'l32', {mha: 2, mqa: 0})}"]
+    points = capacity_curve.read(loads)
+    assert len(points) == 4 * 2 * 8  # stage-A rows are not points
+    rows, largest = capacity_curve.curve(points, Fraction(7, 8))
+    assert largest == {mqa: 8, mha: 16}
+    row = next(r for r in rows if r["arm"] == mqa and r["load"] == 16)
+    assert (row["runs"], row["reached"], row["solved"]) == (8, 6, False)
+    assert row["mean_test_acc"] == pytest.approx((6 * 0.995 + 2 * 0.3) / 8)
+    capacity_curve.main([*loads, "--out", str(tmp_path / "out")])
+    assert (tmp_path / "out" / "capacity_curve.png").stat().st_size > 0
+    with open(tmp_path / "out" / "capacity_curve.csv") as f:
+        assert len(list(csv.DictReader(f))) == 8
+
+
+def test_a_load_without_its_folder_is_refused(tmp_path):
+    with pytest.raises(SystemExit, match="LOAD:DIR"):
+        capacity_curve.main([str(tmp_path)])
