@@ -160,13 +160,17 @@ def test_bench_overhead_times_a_real_run_against_its_plain_loop(tmp_path, data_c
     report = (out / "report.md").read_text()
     assert "median run / plain" in report and "plain loop" in report
     assert f"in process CPU time (what other work on a loaded machine moves least): {result['cpu_ratio']:.3f}" in report
-    # Lightning's floor: the same plain rounds under a bare Trainer (8 batches here, fewer than a round's pool: the
-    # plain loop cycles through what there is)
+    # Lightning's floor: the same plain rounds under a bare Trainer fed the plain loop's batches (8 here, fewer than
+    # a round's pool: both cycle through what there is)
     floor = result["floor_rows"]
     assert [r["round"] for r in floor] == [1, 2] and all(r["run_ms"] > 0 and r["plain_ms"] > 0 for r in floor)
     assert result["floor_ratio"] == pytest.approx(statistics.median(r["ratio"] for r in floor))
     assert f"bare Lightning / plain **{result['floor_ratio']:.3f}**" in report
     assert f"run / bare {result['ratio'] / result['floor_ratio']:.3f}" in report
+    # and a hand loop under Lightning Fabric on the same batches
+    fabric = result["fabric_rows"]
+    assert [r["round"] for r in fabric] == [1, 2] and all(r["run_ms"] > 0 and r["plain_ms"] > 0 for r in fabric)
+    assert f"Fabric / plain **{result['fabric_ratio']:.3f}**" in report
 
 
 def test_bench_overhead_settings_are_checked():

@@ -12,8 +12,9 @@ memory. Both sides run on the same threads (`torch_threads` of the recipe); the 
 side's fraction of the matmul peak measured in the same rounds (model FLOPs: `mhalab.cost.train_flops`), and the
 median ratio of process CPU time per step, which other work on a loaded machine moves far less than wall time.
 With `floor=true` (the default) the same plain rounds then run beside a bare Lightning Trainer
-(`Trainer(barebones=True)`, `BareModule`: the same model, loss, optimiser and clipping, nothing else): Lightning's
-own floor, which no run it trains can go under, and run / bare, what mhalab adds to it.
+(`Trainer(barebones=True)`, `BareModule`: the same model, loss, optimiser and clipping, nothing else): the Trainer's
+own floor, which no run it trains can go under, and run / bare, what mhalab adds to it; and beside a hand loop under
+Lightning Fabric (`fabric_rounds`): what Lightning costs without its Trainer's loop.
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ class PlainRounds(L.Callback):
 
     last: "PlainRounds | None" = None
 
-    def __init__(self, steps: int, rounds: int, warmup: int, peak_size: int = 1024):
+    def __init__(self, steps: int, rounds: int, warmup: int, peak_size: int = 1024, batches: list | None = None):
         self.steps, self.rounds, self.warmup, self.peak_size = steps, rounds, warmup, peak_size
+        self.batches = batches  # the plain loop's batches; None: drawn from the run's training loader
         self.rows: list[dict] = []
         self.flops_per_step = 0
         self._t: float | None = None
@@ -57,7 +59,7 @@ class PlainRounds(L.Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         from mhalab.cost import train_flops
 
-        self.plain_step, batch = plain_loop(trainer, pl_module, pool=self.steps)
+        self.plain_step, batch = plain_loop(trainer, pl_module, pool=self.steps, batches=self.batches)
         self.flops_per_step = batch["input_ids"].shape[0] * train_flops(pl_module.arch, batch["input_ids"].shape[1])
         g = torch.Generator().manual_seed(0)
         self._a, self._b = (torch.randn(self.peak_size, self.peak_size, generator=g) for _ in range(2))
@@ -99,33 +101,51 @@ class PlainRounds(L.Callback):
         return matmul_flops(n, n, n) / best
 
 
-def plain_loop(trainer, pl_module, pool: int):
-    """(step function, a batch) of a plain loop on a copy of the run's model and optimiser settings, over `pool`
-    batches drawn once from the run's training loader, or all of them when it has fewer (then indexed in memory, in
-    turn)."""
-    from mhalab.model import build_model
-    from mhalab.training.evaluation import mean_cross_entropy
+def optimiser(model, o: dict, total: int):
+    """(AdamW, LambdaLR) as the run builds them (`AttentionLitModule.configure_optimizers`): decay on matrices only,
+    warm-up then cosine over `total` steps."""
     from mhalab.training.module import adamw_kwargs, lr_lambda
 
-    model = build_model(pl_module.arch)
-    model.load_state_dict(pl_module.model.state_dict())
-    model.train()
-    o = pl_module.hparams.optim
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": o["weight_decay"]},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"], **adamw_kwargs(o.get("fused"), decay))
-    total = max(1, int(trainer.estimated_stepping_batches))
     warmup = min(int(o["warmup_ratio"] * total) if o.get("warmup_ratio") is not None else o["warmup_steps"], total)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_lambda(s, warmup, total, o["min_lr_ratio"]))
-    clip = trainer.gradient_clip_val
-    loader = trainer.datamodule._loader("train", shuffle=False)  # the run's own batches, without its sampler state
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_lambda(s, warmup, total, o["min_lr_ratio"]))
+
+
+def loss_of(model, batch: dict, lm: bool) -> torch.Tensor:
+    """The training loss every side of the bench computes: mean cross-entropy over the labelled positions."""
+    from mhalab.training.evaluation import mean_cross_entropy
+
+    logits = model(batch["input_ids"]).logits  # (B, T, V) or (B, C)
+    y = batch["labels"]  # (B, T) or (B,)
+    return mean_cross_entropy(logits.reshape(-1, logits.shape[-1]) if lm else logits, y.reshape(-1) if lm else y)
+
+
+def pool_batches(datamodule, pool: int) -> list[dict]:
+    """The first `pool` batches of the run's training loader (all of them when it has fewer), without its sampler
+    state: what the plain loop indexes in memory."""
     batches = []
-    for b in loader:
+    for b in datamodule._loader("train", shuffle=False):
         batches.append(b)
         if len(batches) == pool:
             break
+    return batches
+
+
+def plain_loop(trainer, pl_module, pool: int, batches: list[dict] | None = None):
+    """(step function, a batch) of a plain loop on a copy of the run's model and optimiser settings, over `batches`
+    (default `pool_batches` of the run's data module) indexed in memory, in turn."""
+    from mhalab.model import build_model
+
+    model = build_model(pl_module.arch)
+    model.load_state_dict(pl_module.model.state_dict())
+    model.train()
+    opt, sched = optimiser(model, pl_module.hparams.optim, max(1, int(trainer.estimated_stepping_batches)))
+    clip = trainer.gradient_clip_val
+    batches = batches or pool_batches(trainer.datamodule, pool)
     pool = len(batches)
     ids = torch.stack([b["input_ids"] for b in batches])  # (pool, B, T)
     labels = torch.stack([b["labels"] for b in batches])  # (pool, B, T) or (pool, B)
@@ -135,9 +155,7 @@ def plain_loop(trainer, pl_module, pool: int):
     def step() -> None:
         k = i[0] % pool
         i[0] += 1
-        x, y = ids[k], labels[k]  # (B, T), (B, T) or (B,)
-        logits = model(x).logits  # (B, T, V) or (B, C)
-        loss = mean_cross_entropy(logits.reshape(-1, logits.shape[-1]) if lm else logits, y.reshape(-1) if lm else y)
+        loss = loss_of(model, {"input_ids": ids[k], "labels": labels[k]}, lm)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if clip:
@@ -163,12 +181,7 @@ class BareModule(L.LightningModule):
         self.is_lm = arch.objective != "classification"
 
     def training_step(self, batch, batch_idx):
-        from mhalab.training.evaluation import mean_cross_entropy
-
-        logits = self.model(batch["input_ids"]).logits  # (B, T, V) or (B, C)
-        y = batch["labels"]
-        return mean_cross_entropy(logits.reshape(-1, logits.shape[-1]) if self.is_lm else logits,
-                                  y.reshape(-1) if self.is_lm else y)
+        return loss_of(self.model, batch, self.is_lm)
 
     def configure_optimizers(self):
         from mhalab.training.module import AttentionLitModule
@@ -177,10 +190,9 @@ class BareModule(L.LightningModule):
         return AttentionLitModule.configure_optimizers(self)
 
 
-def bare_rounds(tc, cfg: OverheadConfig, steps: int) -> list[dict]:
-    """`PlainRounds` rows of `BareModule` on the run's data, model and starting seed, in a Trainer with
-    `barebones=True` (Lightning's mode for measuring its own overhead: no logger, checkpoint, progress bar, model
-    summary or sanity check), no validation or determinism, and the run's gradient clipping."""
+def bare_module(tc, cfg: OverheadConfig, steps: int):
+    """(a BareModule of the run's architecture at the run's seed, the plain loop's in-memory batches, and those
+    batches in turn for `steps` steps: what the floors are fed, so that no data loader is timed on either side)."""
     from mhalab.data import build_datamodule
 
     L.seed_everything(tc.seed, workers=True, verbose=False)
@@ -188,14 +200,68 @@ def bare_rounds(tc, cfg: OverheadConfig, steps: int) -> list[dict]:
     dm.prepare_data()
     dm.setup("fit")
     module = BareModule(tc.architecture(dm.vocab_size, dm.objective, dm.n_classes), dataclasses.asdict(tc.optim))
-    rounds = PlainRounds(cfg.steps_per_round, cfg.rounds, cfg.warmup_steps)
-    trainer = L.Trainer(accelerator="cpu", devices=1, barebones=True, max_steps=steps, max_epochs=-1,
-                        limit_val_batches=0, gradient_clip_val=tc.trainer.gradient_clip_val, callbacks=[rounds])
-    with warnings.catch_warnings():  # the datamodule has validation batches; this module, no validation_step
-        warnings.filterwarnings("ignore", message=".*val_dataloader.*validation_step")
-        trainer.fit(module, datamodule=dm)
+    pool = pool_batches(dm, cfg.steps_per_round)
+    return module, pool, Feed([pool[i % len(pool)] for i in range(steps)])
+
+
+class Feed:
+    """Batches in turn, as one iterable (a bare list would be read by Lightning as a list of data loaders)."""
+
+    def __init__(self, batches: list[dict]):
+        self.batches = batches
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+def bare_rounds(tc, cfg: OverheadConfig, steps: int) -> list[dict]:
+    """`PlainRounds` rows of `BareModule` on the run's model and starting seed, in a Trainer with `barebones=True`
+    (Lightning's mode for measuring its own overhead: no logger, checkpoint, progress bar, model summary or sanity
+    check), no validation or determinism, the run's gradient clipping, fed the plain loop's own batches."""
+    module, pool, feed = bare_module(tc, cfg, steps)
+    rounds = PlainRounds(cfg.steps_per_round, cfg.rounds, cfg.warmup_steps, batches=pool)
+    trainer = L.Trainer(accelerator="cpu", devices=1, barebones=True, max_steps=steps, max_epochs=1,
+                        gradient_clip_val=tc.trainer.gradient_clip_val, callbacks=[rounds])
+    trainer.fit(module, train_dataloaders=feed)
     if len(rounds.rows) < cfg.rounds:
         raise RuntimeError(f"the bare Lightning run stopped after {len(rounds.rows)} of {cfg.rounds} rounds")
+    return rounds.rows
+
+
+def fabric_rounds(tc, cfg: OverheadConfig, steps: int) -> list[dict]:
+    """`PlainRounds` rows of the same model trained by a hand loop under Lightning Fabric (Lightning without its
+    Trainer: `fabric.setup`, `fabric.backward`, `clip_gradients`; the run's optimiser, schedule and clipping), fed
+    the plain loop's own batches, the plain rounds driven from the loop as the Trainer drives them from its hooks."""
+    from types import SimpleNamespace
+
+    from lightning.fabric import Fabric
+
+    module, pool, feed = bare_module(tc, cfg, steps)
+    clip = tc.trainer.gradient_clip_val
+    rounds = PlainRounds(cfg.steps_per_round, cfg.rounds, cfg.warmup_steps, batches=pool)
+    state = SimpleNamespace(estimated_stepping_batches=steps, gradient_clip_val=clip, global_step=0)
+    module.hparams.optim = module.optim
+    rounds.on_train_start(state, module)  # the plain side copies the starting weights
+    with warnings.catch_warnings():  # a machine with SLURM installed: Fabric's hint to launch with srun
+        warnings.filterwarnings("ignore", message=".*srun.*")
+        fabric = Fabric(accelerator="cpu", devices=1, precision="32-true")
+    opt, sched = optimiser(module.model, module.optim, steps)
+    model, opt = fabric.setup(module.model, opt)
+    for batch in feed:
+        loss = loss_of(model, batch, module.is_lm)
+        opt.zero_grad(set_to_none=True)
+        fabric.backward(loss)
+        if clip:
+            fabric.clip_gradients(model, opt, max_norm=clip)
+        opt.step()
+        sched.step()
+        state.global_step += 1
+        rounds.on_train_batch_end(state, module, None, batch, state.global_step)
+    if len(rounds.rows) < cfg.rounds:
+        raise RuntimeError(f"the Fabric loop stopped after {len(rounds.rows)} of {cfg.rounds} rounds")
     return rounds.rows
 
 
@@ -227,17 +293,19 @@ def run_overhead(cfg: OverheadConfig) -> dict:
         if len(rows) < cfg.rounds:
             raise RuntimeError(f"the run stopped after {len(rows)} of {cfg.rounds} rounds")
         floor = bare_rounds(tc, cfg, steps) if cfg.floor else []
+        fabric = fabric_rounds(tc, cfg, steps) if cfg.floor else []
     med = {k: statistics.median(r[k] for r in rows)
            for k in ("ratio", "run_peak", "plain_peak", "peak_gflops", "cpu_ratio")}
-    if floor:
-        med["floor_ratio"] = statistics.median(r["ratio"] for r in floor)
-        med["floor_cpu_ratio"] = statistics.median(r["cpu_ratio"] for r in floor)
+    for name, rs in (("floor", floor), ("fabric", fabric)):
+        if rs:
+            med[f"{name}_ratio"] = statistics.median(r["ratio"] for r in rs)
+            med[f"{name}_cpu_ratio"] = statistics.median(r["cpu_ratio"] for r in rs)
     info["loadavg_end"] = loadavg()
     info["torch_threads"] = torch.get_num_threads()
     info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     result = {"machine": info, "config": {"recipe": cfg.recipe, "rounds": cfg.rounds, "goal": cfg.goal,
                                           "steps_per_round": cfg.steps_per_round, "warmup_steps": cfg.warmup_steps},
-              "flops_per_step": rounds.flops_per_step, "rows": rows, "floor_rows": floor, **med,
+              "flops_per_step": rounds.flops_per_step, "rows": rows, "floor_rows": floor, "fabric_rows": fabric, **med,
               "within_goal": med["ratio"] <= cfg.goal}
     verdict = "within" if med["ratio"] <= cfg.goal else "OVER"
     report = (f"# mhalab bench overhead: a run's training step against a plain PyTorch loop\n\n"
@@ -254,10 +322,15 @@ def run_overhead(cfg: OverheadConfig) -> dict:
               f"(what other work on a loaded machine moves least): {med['cpu_ratio']:.3f}\n"
               + (f"\n**Lightning's floor**: the same model, plain loop and rounds under a bare Trainer (`BareModule`: "
                  f"training_step returns the loss; `Trainer(barebones=True)`, no validation or determinism; the "
-                 f"run's clipping): bare Lightning / plain **{med['floor_ratio']:.3f}** (CPU "
+                 f"run's clipping; fed the plain loop's own in-memory batches, so no data loader is timed): bare Lightning / plain **{med['floor_ratio']:.3f}** (CPU "
                  f"{med['floor_cpu_ratio']:.3f}); what mhalab adds on top: run / bare "
                  f"{med['ratio'] / med['floor_ratio']:.3f} (its rounds below, where 'run' is the bare Trainer)\n\n"
-                 f"{md_table(floor, COLUMNS)}\n" if floor else ""))
-    write(out, result, report, [("overhead", rows)] + ([("floor", floor)] if floor else []))
+                 f"{md_table(floor, COLUMNS)}\n" if floor else "")
+              + (f"\n**Lightning without its Trainer**: the same model, plain loop and rounds, trained by a hand loop "
+                 f"under Lightning Fabric (`fabric_rounds`): Fabric / plain **{med['fabric_ratio']:.3f}** (CPU "
+                 f"{med['fabric_cpu_ratio']:.3f}) (its rounds below, where 'run' is the Fabric loop)\n\n"
+                 f"{md_table(fabric, COLUMNS)}\n" if fabric else ""))
+    write(out, result, report, [("overhead", rows)] + ([("floor", floor)] if floor else [])
+          + ([("fabric", fabric)] if fabric else []))
     print(report)
     return result

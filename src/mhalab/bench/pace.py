@@ -33,8 +33,10 @@ def pace_rows(step: dict, job: dict, step_goal: float, job_goal: float, sweep_go
         return f"OVER by {ratio - goal:.3f}{below}"
 
     def floor(bench):
-        return (f"; under a bare Lightning Trainer (`Trainer(barebones=True)`, same model, the floor): "
-                f"{bench['floor_ratio']:.3f}" if bench and "floor_ratio" in bench else "")
+        return ((f"; under a bare Lightning Trainer (`Trainer(barebones=True)`, same model, the floor): "
+                 f"{bench['floor_ratio']:.3f}" if bench and "floor_ratio" in bench else "")
+                + (f"; a hand loop under Lightning Fabric: {bench['fabric_ratio']:.3f}"
+                   if bench and "fabric_ratio" in bench else ""))
 
     rows = [{"figure": f"training step, {' '.join(step['config']['recipe'])}", "baseline": "plain PyTorch loop",
              "wall": step["ratio"], "cpu": step["cpu_ratio"], "goal": step_goal,
@@ -80,9 +82,10 @@ def run_pace(cfg: PaceConfig) -> dict:
               f"Each ratio is the median of alternating rounds ({cfg.step_rounds} of the step, {cfg.job_rounds} of "
               f"the job, {cfg.sweep_rounds} of the sweep) measured in this run; the verdict is judged on wall time. "
               f"Every round: `overhead/report.md`, `startup/report.md` and `sweep_step/report.md` beside this file. "
-              f"Lightning's floor: the same plain rounds under `Trainer(barebones=True)` training the same model "
-              f"(`mhalab.bench.overhead.BareModule`), what any run Lightning trains pays; a goal under it cannot be "
-              f"met while Lightning runs the loop.\n")
+              f"Lightning's floor: the same plain rounds under `Trainer(barebones=True)` training the same model on the "
+              f"plain loop's own batches (`mhalab.bench.overhead.BareModule`), what any run the Trainer trains pays; "
+              f"a goal under it cannot be met while the Trainer runs the loop; beside it the same model trained by a "
+              f"hand loop under Lightning Fabric (`fabric_rounds`).\n")
     write(out, result, report, [("pace", rows)])
     print(report)
     return result
