@@ -455,7 +455,8 @@ def test_pace_puts_the_three_figures_of_its_two_benches_in_one_table(tmp_path, m
         if cfg.out_dir.endswith("sweep_step"):
             return {"config": {"recipe": cfg.recipe}, "ratio": 1.21, "cpu_ratio": 1.2, "floor_ratio": 1.15}
         return {"config": {"recipe": cfg.recipe}, "ratio": 1.04, "cpu_ratio": 1.06, "peak_gflops": 120.0,
-                "run_peak": 0.2, "plain_peak": 0.21, "floor_ratio": 1.03, "fabric_ratio": 1.01}
+                "run_peak": 0.2, "plain_peak": 0.21, "floor_ratio": 1.03, "fabric_ratio": 1.01,
+                "null_ratio": 1.002}
 
     def startup(cfg):
         got["startup"] = cfg
@@ -478,7 +479,8 @@ def test_pace_puts_the_three_figures_of_its_two_benches_in_one_table(tmp_path, m
     assert got["sweep_step"].recipe == [o for o in config.TINY_RUN if not o.startswith("trainer.max_steps=")]
     assert "its runs' training step against the plain loop: 1.210" in sweep["detail"]
     assert "(`Trainer(barebones=True)`, same model, the floor): 1.150" in sweep["detail"]
-    assert step["detail"].endswith("the floor): 1.030; a hand loop under Lightning Fabric: 1.010")
+    assert step["detail"].endswith("the floor): 1.030; a hand loop under Lightning Fabric: 1.010; the bench's null "
+                                   "(plain / plain): 1.002")
     assert r["within_goals"] is False
     text = (tmp_path / "report.md").read_text()
     assert "| 1.040 | 1.060 | 1.05 | within |" in text and "run 0.200, plain 0.210" in text

@@ -171,6 +171,8 @@ def test_bench_overhead_times_a_real_run_against_its_plain_loop(tmp_path, data_c
     fabric = result["fabric_rows"]
     assert [r["round"] for r in fabric] == [1, 2] and all(r["run_ms"] > 0 and r["plain_ms"] > 0 for r in fabric)
     assert f"Fabric / plain **{result['fabric_ratio']:.3f}**" in report
+    # and the bench's null: a second plain loop against the first
+    assert len(result["null_rows"]) == 2 and f"plain / plain **{result['null_ratio']:.3f}**" in report
 
 
 def test_bench_overhead_settings_are_checked():

@@ -14,7 +14,8 @@ median ratio of process CPU time per step, which other work on a loaded machine 
 With `floor=true` (the default) the same plain rounds then run beside a bare Lightning Trainer
 (`Trainer(barebones=True)`, `BareModule`: the same model, loss, optimiser and clipping, nothing else): the Trainer's
 own floor, which no run it trains can go under, and run / bare, what mhalab adds to it; and beside a hand loop under
-Lightning Fabric (`fabric_rounds`): what Lightning costs without its Trainer's loop.
+Lightning Fabric (`fabric_rounds`): what Lightning costs without its Trainer's loop; and a second plain loop against
+the first (`null_rounds`): the bench's own null.
 """
 
 from __future__ import annotations
@@ -265,6 +266,25 @@ def fabric_rounds(tc, cfg: OverheadConfig, steps: int) -> list[dict]:
     return rounds.rows
 
 
+def null_rounds(tc, cfg: OverheadConfig, steps: int) -> list[dict]:
+    """`PlainRounds` rows of a second plain loop against the first (same model, weights and batches): the bench's
+    own null, what its rounds give when both sides run the same code (its bias and spread)."""
+    from types import SimpleNamespace
+
+    module, pool, _ = bare_module(tc, cfg, steps)
+    module.hparams.optim = module.optim
+    state = SimpleNamespace(estimated_stepping_batches=steps, gradient_clip_val=tc.trainer.gradient_clip_val,
+                            global_step=0)
+    rounds = PlainRounds(cfg.steps_per_round, cfg.rounds, cfg.warmup_steps, batches=pool)
+    rounds.on_train_start(state, module)
+    other, _ = plain_loop(state, module, cfg.steps_per_round, batches=pool)
+    for _ in range(steps):
+        other()
+        state.global_step += 1
+        rounds.on_train_batch_end(state, module, None, None, state.global_step)
+    return rounds.rows
+
+
 def run_overhead(cfg: OverheadConfig) -> dict:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
@@ -294,9 +314,10 @@ def run_overhead(cfg: OverheadConfig) -> dict:
             raise RuntimeError(f"the run stopped after {len(rows)} of {cfg.rounds} rounds")
         floor = bare_rounds(tc, cfg, steps) if cfg.floor else []
         fabric = fabric_rounds(tc, cfg, steps) if cfg.floor else []
+        null = null_rounds(tc, cfg, steps) if cfg.floor else []
     med = {k: statistics.median(r[k] for r in rows)
            for k in ("ratio", "run_peak", "plain_peak", "peak_gflops", "cpu_ratio")}
-    for name, rs in (("floor", floor), ("fabric", fabric)):
+    for name, rs in (("floor", floor), ("fabric", fabric), ("null", null)):
         if rs:
             med[f"{name}_ratio"] = statistics.median(r["ratio"] for r in rs)
             med[f"{name}_cpu_ratio"] = statistics.median(r["cpu_ratio"] for r in rs)
@@ -305,7 +326,8 @@ def run_overhead(cfg: OverheadConfig) -> dict:
     info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     result = {"machine": info, "config": {"recipe": cfg.recipe, "rounds": cfg.rounds, "goal": cfg.goal,
                                           "steps_per_round": cfg.steps_per_round, "warmup_steps": cfg.warmup_steps},
-              "flops_per_step": rounds.flops_per_step, "rows": rows, "floor_rows": floor, "fabric_rows": fabric, **med,
+              "flops_per_step": rounds.flops_per_step, "rows": rows, "floor_rows": floor, "fabric_rows": fabric,
+              "null_rows": null, **med,
               "within_goal": med["ratio"] <= cfg.goal}
     verdict = "within" if med["ratio"] <= cfg.goal else "OVER"
     report = (f"# mhalab bench overhead: a run's training step against a plain PyTorch loop\n\n"
@@ -329,8 +351,12 @@ def run_overhead(cfg: OverheadConfig) -> dict:
               + (f"\n**Lightning without its Trainer**: the same model, plain loop and rounds, trained by a hand loop "
                  f"under Lightning Fabric (`fabric_rounds`): Fabric / plain **{med['fabric_ratio']:.3f}** (CPU "
                  f"{med['fabric_cpu_ratio']:.3f}) (its rounds below, where 'run' is the Fabric loop)\n\n"
-                 f"{md_table(fabric, COLUMNS)}\n" if fabric else ""))
+                 f"{md_table(fabric, COLUMNS)}\n" if fabric else "")
+              + (f"\n**The bench's null**: a second plain loop against the first, the same code on both sides: "
+                 f"plain / plain **{med['null_ratio']:.3f}** (rounds {min(r['ratio'] for r in null):.3f}-"
+                 f"{max(r['ratio'] for r in null):.3f}): a ratio within this of 1 is not the bench's to tell apart\n"
+                 if null else ""))
     write(out, result, report, [("overhead", rows)] + ([("floor", floor)] if floor else [])
-          + ([("fabric", fabric)] if fabric else []))
+          + ([("fabric", fabric)] if fabric else []) + ([("null", null)] if null else []))
     print(report)
     return result

@@ -36,7 +36,9 @@ def pace_rows(step: dict, job: dict, step_goal: float, job_goal: float, sweep_go
         return ((f"; under a bare Lightning Trainer (`Trainer(barebones=True)`, same model, the floor): "
                  f"{bench['floor_ratio']:.3f}" if bench and "floor_ratio" in bench else "")
                 + (f"; a hand loop under Lightning Fabric: {bench['fabric_ratio']:.3f}"
-                   if bench and "fabric_ratio" in bench else ""))
+                   if bench and "fabric_ratio" in bench else "")
+                + (f"; the bench's null (plain / plain): {bench['null_ratio']:.3f}"
+                   if bench and "null_ratio" in bench else ""))
 
     rows = [{"figure": f"training step, {' '.join(step['config']['recipe'])}", "baseline": "plain PyTorch loop",
              "wall": step["ratio"], "cpu": step["cpu_ratio"], "goal": step_goal,
