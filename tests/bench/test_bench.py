@@ -453,7 +453,8 @@ def test_pace_puts_the_three_figures_of_its_two_benches_in_one_table(tmp_path, m
     def overhead(cfg):  # the step's recipe, then the sweep's runs
         got["sweep_step" if "overhead" in got else "overhead"] = cfg
         if cfg.out_dir.endswith("sweep_step"):
-            return {"config": {"recipe": cfg.recipe}, "ratio": 1.21, "cpu_ratio": 1.2, "floor_ratio": 1.15}
+            return {"config": {"recipe": cfg.recipe}, "ratio": 1.21, "cpu_ratio": 1.2, "floor_ratio": 1.15,
+                    "null_ratio": 1.0}
         return {"config": {"recipe": cfg.recipe}, "ratio": 1.04, "cpu_ratio": 1.06, "peak_gflops": 120.0,
                 "run_peak": 0.2, "plain_peak": 0.21, "floor_ratio": 1.03, "fabric_ratio": 1.01,
                 "null_ratio": 1.002}
@@ -473,7 +474,8 @@ def test_pace_puts_the_three_figures_of_its_two_benches_in_one_table(tmp_path, m
     assert (job["wall"], job["goal"], job["verdict"]) == (1.31, config.StartupConfig().goal, "OVER by 0.060")
     assert (sweep["wall"], sweep["goal"]) == (1.2, config.StartupConfig().sweep_goal)
     assert sweep["figure"] == "4-job, 100-step sweep"
-    assert sweep["verdict"] == "OVER by 0.100; the goal is under Lightning's own floor, 1.150"
+    assert sweep["verdict"] == ("OVER by 0.100; the goal is under Lightning's own floor (1.150, 1.150 against the "
+                                "bench's null)")
     # the sweep's own runs (bench startup's tiny run, steps set by the bench) timed as the step is
     assert got["sweep_step"].out_dir == str(tmp_path / "sweep_step")
     assert got["sweep_step"].recipe == [o for o in config.TINY_RUN if not o.startswith("trainer.max_steps=")]
@@ -485,6 +487,11 @@ def test_pace_puts_the_three_figures_of_its_two_benches_in_one_table(tmp_path, m
     text = (tmp_path / "report.md").read_text()
     assert "| 1.040 | 1.060 | 1.05 | within |" in text and "run 0.200, plain 0.210" in text
     assert json.loads((tmp_path / "results.json").read_text())["rows"][1]["verdict"] == "OVER by 0.060"
+    # a floor within the bench's null of the goal is no claim: 1.041 against a null of 1.020 is 1.021 < 1.05
+    step_over = {"config": {"recipe": ["x"]}, "ratio": 1.079, "cpu_ratio": 1.08, "peak_gflops": 120.0,
+                 "run_peak": 0.2, "plain_peak": 0.21, "floor_ratio": 1.041, "null_ratio": 1.020}
+    job_only = {"frozen_ratio": 1.2, "ratio": 1.0}
+    assert pace.pace_rows(step_over, job_only, 1.05, 1.25, 1.1)[0]["verdict"] == "OVER by 0.029"
 
 
 @pytest.mark.proc
