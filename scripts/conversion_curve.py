@@ -58,7 +58,7 @@ def plot(rows: list[dict], key: str, margin: float | None, path: Path) -> None:
     """One panel per target; the axis spans the source, the MHA control (with its margin) and mean-pool, so that the
     margin is readable; a line outside that span is named in the legend with its values instead."""
     targets = sorted({r["n_kv_heads"] for r in rows})
-    fig = new_figure(figsize=(5.2 * len(targets), 4.0))
+    fig = new_figure(figsize=(5.2 * len(targets), 5.6))
     for i, g in enumerate(targets):
         ax = fig.add_subplot(1, len(targets), i + 1)
         focus = [v for arm, init, stage in (("source", "-", "same total steps"), ("converted", "mean",
@@ -89,7 +89,7 @@ def plot(rows: list[dict], key: str, margin: float | None, path: Path) -> None:
         ax.set_xlabel("uptraining, % of the source's steps")
         ax.set_ylabel(key + (" (lower is better)" if lower_is_better(key) else " (higher is better)"))
         ax.set_title(f"MHA -> {'MQA' if g == 1 else f'GQA-{g}'} (mean, 95% interval over sources)", fontsize=9)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)  # below: no point hidden
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
