@@ -91,7 +91,7 @@ def plot(rows: list[dict], key: str, margin: float | None, path: Path) -> None:
         ax.set_title(f"MHA -> {'MQA' if g == 1 else f'GQA-{g}'} (mean, 95% interval over sources)", fontsize=9)
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)  # below: no point hidden
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # the legend below the axes, whole
 
 
 def main(argv: list[str]) -> None:
