@@ -100,8 +100,10 @@ SAME_ARM = ("trainer.precision",)  # keys a numerics sets that the report must n
 def analysis_env() -> dict:
     """The environment a report runs in: this checkout's src/, not the design's frozen copy. The frozen code trains
     (so every run of a design is the same code); the analysis is the current `mhalab report`, so its fixes and
-    options reach a design started before them."""
-    return {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    options reach a design started before them. Other PYTHONPATH entries (packages carried to a GPU machine) stay,
+    behind it."""
+    kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), *kept])}
 
 
 def report(dirs: list[Path], out: Path, baseline: str | None) -> None:

@@ -106,3 +106,18 @@ def test_runner_runs_every_stage_with_its_numerics_and_resumes(tmp_path):
     assert stability["environment"]["avx2"]["aten_cpu_capability"] == "avx2"
     again = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "mhalab train" not in again.stdout and again.stdout.count(": done,") == 7
+
+
+def test_reports_run_this_checkout_and_keep_carried_packages(monkeypatch):
+    """A design's reports run this checkout's src/ first; other PYTHONPATH entries (the packages carried to a GPU
+    machine, where the first report call had lost them) stay behind it."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import run_design
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/tmp/site", "/frozen/code/src"]))
+    assert run_design.analysis_env()["PYTHONPATH"].split(os.pathsep) == [str(REPO / "src"), "/tmp/site",
+                                                                          "/frozen/code/src"]
+    monkeypatch.delenv("PYTHONPATH")
+    assert run_design.analysis_env()["PYTHONPATH"] == str(REPO / "src")
