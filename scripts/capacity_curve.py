@@ -60,6 +60,28 @@ def curve(points: list[dict], solved: Fraction) -> tuple[list[dict], dict[str, i
     return rows, largest
 
 
+def caveat(arm: str, rows: list[dict], largest: int | None) -> str:
+    """What the declared rule's one number hides: loads below the largest solved that the arm did not solve (the
+    curve is not monotone: failures there are not capacity), and loads other arms ran that this arm has no runs
+    at. Empty when there is nothing to say."""
+    loads = sorted({r["load"] for r in rows})
+    mine = {r["load"]: r["solved"] for r in rows if r["arm"] == arm}
+    notes = []
+    below = [str(x) for x in loads if largest is not None and x < largest and mine.get(x) is False]
+    if below:
+        notes.append(f"not solved at {', '.join(below)} below it: not monotone")
+    missing = [str(x) for x in loads if x not in mine]
+    if missing:
+        notes.append(f"no tested runs at {', '.join(missing)}")
+    return "; ".join(notes)
+
+
+def solved_text(arm: str, rows: list[dict], largest: int | None) -> str:
+    """'32 (not solved at 16 below it: not monotone)', 'none', ..."""
+    note = caveat(arm, rows, largest)
+    return f"{largest if largest is not None else 'none'}" + (f" ({note})" if note else "")
+
+
 def plot(points: list[dict], rows: list[dict], largest: dict, path: Path) -> None:
     fig = new_figure(figsize=(10, 3.8))
     ax1, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
@@ -69,9 +91,8 @@ def plot(points: list[dict], rows: list[dict], largest: dict, path: Path) -> Non
         loads = [r["load"] for r in mine]
         shift = 1 + 0.04 * (i - (len(arms) - 1) / 2)  # arms side by side on the log axis
         pts = [p for p in points if p["arm"] == arm]
-        solved = largest[arm]
         line = ax1.plot([x * shift for x in loads], [r["mean_test_acc"] for r in mine], marker="o",
-                        label=f"{arm} (largest load solved: {solved if solved is not None else 'none'})")[0]
+                        label=f"{arm} (largest load solved: {solved_text(arm, rows, largest[arm])})")[0]
         ax1.scatter([p["load"] * shift for p in pts], [p[METRIC] for p in pts], s=10, alpha=0.5,
                     color=line.get_color())
         ax2.plot(loads, [r["reached"] / r["runs"] for r in mine], marker="o", label=arm)
@@ -109,7 +130,7 @@ def main(argv: list[str]) -> None:
     write_csv(args.out / "capacity_points.csv", ["arm", "load", "seed", "reached", METRIC], points)
     plot(points, rows, largest, args.out / "capacity_curve.png")
     for arm, load in largest.items():
-        print(f"{arm}: largest load solved {load if load is not None else 'none'}")
+        print(f"{arm}: largest load solved {solved_text(arm, rows, load)}")
     print(f"wrote {args.out}/capacity_curve.csv, capacity_points.csv and capacity_curve.png")
 
 

@@ -47,3 +47,20 @@ def test_the_largest_load_solved_follows_the_declared_rule(tmp_path):
 def test_a_load_without_its_folder_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="LOAD:DIR"):
         capacity_curve.main([str(tmp_path)])
+
+
+def test_the_largest_load_says_what_it_hides(tmp_path, capsys):
+    """The declared rule's one number: a load below it that the arm fails (not monotone, so not capacity) and
+    loads where the arm has no runs are said beside it, in the printout and the figure's legend."""
+    mha, gqa, mqa = "attention.n_kv_heads=4", "attention.n_kv_heads=2", "attention.n_kv_heads=1"
+    loads = [f"8:{report(tmp_path / 'l8', {mha: 8, gqa: 8})}",
+             f"16:{report(tmp_path / 'l16', {mha: 8, gqa: 8, mqa: 5})}",
+             f"32:{report(tmp_path / 'l32', {mha: 8, gqa: 2, mqa: 7})}"]
+    rows, largest = capacity_curve.curve(capacity_curve.read(loads), Fraction(7, 8))
+    assert largest == {mha: 32, gqa: 16, mqa: 32}
+    assert capacity_curve.solved_text(mha, rows, 32) == "32"
+    assert capacity_curve.solved_text(gqa, rows, 16) == "16"
+    assert (capacity_curve.solved_text(mqa, rows, 32)
+            == "32 (not solved at 16 below it: not monotone; no tested runs at 8)")
+    capacity_curve.main([*loads, "--out", str(tmp_path / "out")])
+    assert "attention.n_kv_heads=1: largest load solved 32 (not solved at 16 below it" in capsys.readouterr().out
