@@ -38,9 +38,11 @@ def curve(rows: list[dict]) -> list[dict]:
 def plot(points: list[dict], path: Path) -> None:
     fig = new_figure(figsize=(9, 3.6))
     ax1, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
-    for arm in dict.fromkeys(p["arm"] for p in points):
+    arms = list(dict.fromkeys(p["arm"] for p in points))
+    for i, arm in enumerate(arms):
         ps = [p for p in points if p["arm"] == arm]
-        ax1.plot([p["lr"] for p in ps], [p["reached"] / p["runs"] for p in ps], "o-", label=arm)
+        shift = 1 + 0.03 * (i - (len(arms) - 1) / 2)  # arms side by side on the log axis: equal shares stay seen
+        ax1.plot([p["lr"] * shift for p in ps], [p["reached"] / p["runs"] for p in ps], "o-", label=arm)
         reached = [p for p in ps if p["median_steps"] is not None]
         ax2.plot([p["lr"] for p in reached], [p["median_steps"] for p in reached], "o-", label=arm)
     for ax, y in ((ax1, "fraction of runs reaching the threshold"), (ax2, "median steps to it (runs that did)")):
