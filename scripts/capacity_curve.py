@@ -83,7 +83,7 @@ def solved_text(arm: str, rows: list[dict], largest: int | None) -> str:
 
 
 def plot(points: list[dict], rows: list[dict], largest: dict, path: Path) -> None:
-    fig = new_figure(figsize=(10, 3.8))
+    fig = new_figure(figsize=(10, 4.6))
     ax1, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     arms = sorted({r["arm"] for r in rows})
     for i, arm in enumerate(arms):
@@ -105,9 +105,9 @@ def plot(points: list[dict], rows: list[dict], largest: dict, path: Path) -> Non
     ax1.set_ylabel(f"final {METRIC} (every tested run; line: mean)")
     ax2.set_ylabel("share of runs reaching the threshold")
     ax2.set_ylim(-0.05, 1.05)
-    ax1.legend(fontsize=7)
     ax2.legend(fontsize=7)
-    fig.tight_layout()
+    fig.legend(*ax1.get_legend_handles_labels(), loc="lower center", fontsize=7, frameon=False)  # long labels:
+    fig.tight_layout(rect=(0, 0.06 * len(arms), 1, 1))  # below both panels, whole
     fig.savefig(path, dpi=120)
 
 
