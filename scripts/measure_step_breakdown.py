@@ -67,7 +67,7 @@ def record(side: str, total_ns: int) -> None:
 
 class Breakdown(overhead.PlainRounds):
     def on_train_start(self, trainer, pl_module) -> None:
-        self.plain_step, _ = overhead.plain_loop(trainer, pl_module, pool=STEPS)
+        self.plain_step, _ = overhead.plain_loop(trainer, pl_module, pool=STEPS, batches=self.batches)
         for _ in range(3):
             self.plain_step()
         self.t = None
@@ -96,7 +96,7 @@ class Breakdown(overhead.PlainRounds):
 
 overhead.PlainRounds = Breakdown  # the bench's callback target, looked up by name when the run instantiates it
 try:
-    overhead.run_overhead(OverheadConfig(threads=1, rounds=1, steps_per_round=STEPS * (ROUNDS + 2),
+    overhead.run_overhead(OverheadConfig(threads=1, rounds=1, steps_per_round=STEPS * (ROUNDS + 2), floor=False,
                                          recipe=RECIPE, out_dir="outputs/bench/step-breakdown"))
 except KeyError:  # the bench's own table needs its rows, which this script does not fill
     pass
