@@ -181,6 +181,7 @@ class BareModule(L.LightningModule):
 
         super().__init__()
         self.arch, self.optim = arch, optim
+        self.hparams.optim = optim  # what AttentionLitModule.configure_optimizers and `plain_loop` read
         self.model = build_model(arch)
         self.is_lm = arch.objective != "classification"
 
@@ -190,7 +191,6 @@ class BareModule(L.LightningModule):
     def configure_optimizers(self):
         from mhalab.training.module import AttentionLitModule
 
-        self.hparams.optim = self.optim  # what AttentionLitModule.configure_optimizers and `plain_loop` read
         return AttentionLitModule.configure_optimizers(self)
 
 
@@ -235,57 +235,61 @@ def bare_rounds(tc, cfg: OverheadConfig, steps: int) -> list[dict]:
     return rounds.rows
 
 
-def fabric_rounds(tc, cfg: OverheadConfig, steps: int) -> list[dict]:
-    """`PlainRounds` rows of the same model trained by a hand loop under Lightning Fabric (Lightning without its
-    Trainer: `fabric.setup`, `fabric.backward`, `clip_gradients`; the run's optimiser, schedule and clipping), fed
-    the plain loop's own batches, the plain rounds driven from the loop as the Trainer drives them from its hooks."""
+def driven_rounds(tc, cfg: OverheadConfig, steps: int, name: str, make_step) -> list[dict]:
+    """`PlainRounds` rows of a loop the bench drives by hand, the plain rounds called from it as the Trainer calls
+    them from its hooks: `make_step(state, module, pool)` gives the loop's step on one batch, made after the plain
+    side has copied the starting weights; the loop is fed the plain loop's own batches."""
     from types import SimpleNamespace
 
-    from lightning.fabric import Fabric
-
     module, pool, feed = bare_module(tc, cfg, steps)
-    clip = tc.trainer.gradient_clip_val
     rounds = PlainRounds(cfg.steps_per_round, cfg.rounds, cfg.warmup_steps, batches=pool)
-    state = SimpleNamespace(estimated_stepping_batches=steps, gradient_clip_val=clip, global_step=0)
-    module.hparams.optim = module.optim
-    rounds.on_train_start(state, module)  # the plain side copies the starting weights
-    with warnings.catch_warnings():  # a machine with SLURM installed: Fabric's hint to launch with srun
-        warnings.filterwarnings("ignore", message=".*srun.*")
-        fabric = Fabric(accelerator="cpu", devices=1, precision="32-true")
-    opt, sched = optimiser(module.model, module.optim, steps)
-    model, opt = fabric.setup(module.model, opt)
+    state = SimpleNamespace(estimated_stepping_batches=steps, gradient_clip_val=tc.trainer.gradient_clip_val,
+                            global_step=0)  # what the plain rounds read of a trainer
+    rounds.on_train_start(state, module)
+    step = make_step(state, module, pool)
     for batch in feed:
-        loss = loss_of(model, batch, module.is_lm)
-        opt.zero_grad(set_to_none=True)
-        fabric.backward(loss)
-        if clip:
-            fabric.clip_gradients(model, opt, max_norm=clip)
-        opt.step()
-        sched.step()
+        step(batch)
         state.global_step += 1
         rounds.on_train_batch_end(state, module, None, batch, state.global_step)
     if len(rounds.rows) < cfg.rounds:
-        raise RuntimeError(f"the Fabric loop stopped after {len(rounds.rows)} of {cfg.rounds} rounds")
+        raise RuntimeError(f"the {name} stopped after {len(rounds.rows)} of {cfg.rounds} rounds")
     return rounds.rows
+
+
+def fabric_rounds(tc, cfg: OverheadConfig, steps: int) -> list[dict]:
+    """`PlainRounds` rows of the same model trained by a hand loop under Lightning Fabric (Lightning without its
+    Trainer: `fabric.setup`, `fabric.backward`, `clip_gradients`; the run's optimiser, schedule and clipping)."""
+    from lightning.fabric import Fabric
+
+    def make_step(state, module, pool):
+        with warnings.catch_warnings():  # a machine with SLURM installed: Fabric's hint to launch with srun
+            warnings.filterwarnings("ignore", message=".*srun.*")
+            fabric = Fabric(accelerator="cpu", devices=1, precision="32-true")
+        opt, sched = optimiser(module.model, module.optim, steps)
+        model, opt = fabric.setup(module.model, opt)
+        clip = state.gradient_clip_val
+
+        def step(batch):
+            loss = loss_of(model, batch, module.is_lm)
+            opt.zero_grad(set_to_none=True)
+            fabric.backward(loss)
+            if clip:
+                fabric.clip_gradients(model, opt, max_norm=clip)
+            opt.step()
+            sched.step()
+        return step
+
+    return driven_rounds(tc, cfg, steps, "Fabric loop", make_step)
 
 
 def null_rounds(tc, cfg: OverheadConfig, steps: int) -> list[dict]:
     """`PlainRounds` rows of a second plain loop against the first (same model, weights and batches): the bench's
     own null, what its rounds give when both sides run the same code (its bias and spread)."""
-    from types import SimpleNamespace
+    def make_step(state, module, pool):
+        other, _ = plain_loop(state, module, cfg.steps_per_round, batches=pool)
+        return lambda batch: other()
 
-    module, pool, _ = bare_module(tc, cfg, steps)
-    module.hparams.optim = module.optim
-    state = SimpleNamespace(estimated_stepping_batches=steps, gradient_clip_val=tc.trainer.gradient_clip_val,
-                            global_step=0)
-    rounds = PlainRounds(cfg.steps_per_round, cfg.rounds, cfg.warmup_steps, batches=pool)
-    rounds.on_train_start(state, module)
-    other, _ = plain_loop(state, module, cfg.steps_per_round, batches=pool)
-    for _ in range(steps):
-        other()
-        state.global_step += 1
-        rounds.on_train_batch_end(state, module, None, None, state.global_step)
-    return rounds.rows
+    return driven_rounds(tc, cfg, steps, "null loop", make_step)
 
 
 def run_overhead(cfg: OverheadConfig) -> dict:
