@@ -330,6 +330,13 @@ def test_gpu_dry_run_writes_the_folder_and_a_report_without_gpu_figures(tmp_path
     assert all(r["cache_bytes"] == r["cache_bytes_closed"] for r in rows)
     fig = output.decode_figure(rows)  # the decoding plots are log-log
     assert all(ax.get_xscale() == "log" and ax.get_yscale() == "log" for ax in fig.axes if ax.has_data())
+    colours = {}  # a shape (batch, context) keeps its colour in every panel, whichever shapes a backend skipped
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            assert colours.setdefault(line.get_label(), line.get_color()) == line.get_color(), line.get_label()
+    skipped = [r for r in rows if not (r["backend"] == "math" and r["batch"] == min(x["batch"] for x in rows))]
+    first = {line.get_label(): line.get_color() for line in output.decode_figure(skipped).axes[0].get_lines()}
+    assert all(colours[label] == c for label, c in first.items())
     report = (tmp_path / "report.md").read_text()
     assert report.startswith("# GPU check: CPU (dry run, no GPU)")
     assert "CPU DRY RUN: tiny shapes, no GPU figures" in report

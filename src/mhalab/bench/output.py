@@ -279,6 +279,8 @@ def decode_figure(rows: list[dict]):
     from mhalab.pictures import new_figure
 
     backends = sorted({r["backend"] for r in rows})
+    shapes = sorted({(r["batch"], r["context"]) for r in rows})
+    colour = {shape: f"C{i % 10}" for i, shape in enumerate(shapes)}  # one colour a shape in every panel
     fig = new_figure(figsize=(5 * len(backends) + 1, 8), layout="constrained")
     axes = fig.subplots(2, len(backends), squeeze=False)
     for j, backend in enumerate(backends):
@@ -286,8 +288,9 @@ def decode_figure(rows: list[dict]):
             sel = sorted((r for r in rows if (r["backend"], r["batch"], r["context"]) == (backend, B, L)),
                          key=lambda r: r["n_kv_heads"])
             kv = [r["n_kv_heads"] for r in sel]
-            axes[0, j].plot(kv, [r["latency_ms"] for r in sel], "o-", label=f"B={B} L={L}")
-            axes[1, j].plot(kv, [r["cache_mib"] for r in sel], "o-", label=f"B={B} L={L}")
+            style = {"label": f"B={B} L={L}", "color": colour[B, L]}
+            axes[0, j].plot(kv, [r["latency_ms"] for r in sel], "o-", **style)
+            axes[1, j].plot(kv, [r["cache_mib"] for r in sel], "o-", **style)
         for i, ylabel in enumerate(("ms per token (median)", "KV cache MiB (all layers)")):
             _loglog(axes[i, j], "n_kv_heads (n_heads = MHA ... 1 = MQA)", ylabel, f"decode, backend={backend}")
             axes[i, j].invert_xaxis()
