@@ -89,7 +89,8 @@ def plot(rows: list[dict], key: str, margin: float | None, path: Path) -> None:
         ax.set_xlabel("uptraining, % of the source's steps")
         ax.set_ylabel(key + (" (lower is better)" if lower_is_better(key) else " (higher is better)"))
         ax.set_title(f"MHA -> {'MQA' if g == 1 else f'GQA-{g}'} (mean, 95% interval over sources)", fontsize=9)
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)  # below: no point hidden
+        # below, one column: it hides no point, and no panel's legend runs over its neighbour's
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1)
     fig.tight_layout()
     fig.savefig(path, dpi=120, bbox_inches="tight")  # the legend below the axes, whole
 
