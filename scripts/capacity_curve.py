@@ -19,7 +19,7 @@ import sys
 from fractions import Fraction
 from pathlib import Path
 
-from mhalab.pictures import new_figure
+from mhalab.pictures import log_dodge, new_figure
 from mhalab.tables import write_csv
 
 METRIC = "test/acc"
@@ -89,7 +89,7 @@ def plot(points: list[dict], rows: list[dict], largest: dict, path: Path) -> Non
     for i, arm in enumerate(arms):
         mine = [r for r in rows if r["arm"] == arm]
         loads = [r["load"] for r in mine]
-        shift = 1 + 0.04 * (i - (len(arms) - 1) / 2)  # arms side by side on the log axis
+        shift = log_dodge(i, len(arms), 0.04)
         pts = [p for p in points if p["arm"] == arm]
         line = ax1.plot([x * shift for x in loads], [r["mean_test_acc"] for r in mine], marker="o",
                         label=f"{arm} (largest load solved: {solved_text(arm, rows, largest[arm])})")[0]

@@ -15,7 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from mhalab.pictures import new_figure
+from mhalab.pictures import log_dodge, new_figure
 from mhalab.tables import write_csv
 
 
@@ -41,7 +41,7 @@ def plot(points: list[dict], path: Path) -> None:
     arms = list(dict.fromkeys(p["arm"] for p in points))
     for i, arm in enumerate(arms):
         ps = [p for p in points if p["arm"] == arm]
-        shift = 1 + 0.03 * (i - (len(arms) - 1) / 2)  # arms side by side on the log axis: equal shares stay seen
+        shift = log_dodge(i, len(arms))
         ax1.plot([p["lr"] * shift for p in ps], [p["reached"] / p["runs"] for p in ps], "o-", label=arm)
         reached = [p for p in ps if p["median_steps"] is not None]
         ax2.plot([p["lr"] for p in reached], [p["median_steps"] for p in reached], "o-", label=arm)

@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from mhalab.pictures import new_figure
+from mhalab.pictures import log_dodge, new_figure
 from mhalab.tables import write_csv
 
 COLUMNS = ["size", "numerics", "arm", "baseline", "endpoint", "estimate", "ci95_low", "ci95_high", "p_holm",
@@ -69,7 +69,7 @@ def plot(points: list[dict], comparisons: list[dict], metric: str, path: Path) -
     slots = len(arms) * len(numerics)
     for i, arm in enumerate(arms):
         for j, num in enumerate(numerics):
-            shift = 1 + 0.03 * (i * len(numerics) + j - (slots - 1) / 2)  # side by side on the log axis
+            shift = log_dodge(i * len(numerics) + j, slots)
             pts = [p for p in points if (p["arm"], p["numerics"]) == (arm, num)]
             ax1.scatter([p["size"] * shift for p in pts], [p[metric] for p in pts], s=12, alpha=0.6,
                         color=colour[arm], marker=MARKERS[j % len(MARKERS)],

@@ -23,6 +23,12 @@ def new_figure(**kwargs):
     return fig
 
 
+def log_dodge(i: int, n: int, step: float = 0.03) -> float:
+    """The factor that places the i-th of n series side by side around a shared x on a log axis (x * factor), so
+    that equal values stay visible: 1 for a single series, steps of `step` (a fraction of x) around 1."""
+    return 1 + step * (i - (n - 1) / 2)
+
+
 # stats in [0, 1] (masses, scores, importance normalised per layer) share a fixed 0-1 colour scale; the others
 # start at 0 and carry their unit
 _UNIT_STATS = {"entropy_norm", "confidence", "first_token", "self", "prev", "next", "prev_token_score",
