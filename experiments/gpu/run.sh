@@ -19,13 +19,7 @@ else
   TRAINER=(trainer=gpu "trainer.precision=$PRECISION")
   BENCH=('d_models=[1024]')  # the size the MFU goal names; 512 would add two torch.compile runs
 fi
-python3 - <<'EOF' > "$OUT/machine.txt" 2>&1
-import platform, torch
-print("torch", torch.__version__, "cuda", torch.version.cuda, "python", platform.python_version())
-print("device", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device")
-EOF
-cat "$OUT/machine.txt"
-nvidia-smi -L >> "$OUT/machine.txt" 2>&1 || true
+experiments/gpu/machine.sh "$OUT/machine.txt"
 
 [ -n "${BENCH_STEPS:-}" ] && BENCH+=("steps=$BENCH_STEPS")
 echo "== sweep $(date -u +%T)"

@@ -12,13 +12,7 @@
 set -u
 OUT=${1:?usage: experiments/gpu/session3.sh OUT_DIR}; W=${WORK_DIR:-/tmp/gpu3}
 mkdir -p "$OUT" "$W"
-python3 - <<'PY' > "$W/machine.txt" 2>&1
-import os, platform, torch
-print("torch", torch.__version__, "cuda", torch.version.cuda, "python", platform.python_version(), "cpus", os.cpu_count())
-print("device", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device")
-PY
-nvidia-smi -L >> "$W/machine.txt" 2>&1 || true
-cat "$W/machine.txt"
+experiments/gpu/machine.sh "$W/machine.txt"
 BENCH=(steps='[tests,decode]')
 [ "${GPU_CHECK_DRY:-0}" = 1 ] && BENCH+=(dry_run=true)
 if [ "${BENCH_S:-130}" != 0 ]; then  # BENCH_S=0: no bench (a second call going on with the design)
