@@ -28,6 +28,20 @@ from mhalab.architecture import BACKENDS
 # decoding step) cost ~34 ms on an H100, whichever kernel then ran; with the backends named, 0.75-0.82 ms a token
 # (scripts/diagnose_decode.py, experiments/gpu/h100-2/decode.md). Training keeps torch's choice (its shapes repeat).
 DECODE_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+# Deterministic training in bf16/fp16 on the CPU names SDPA's math backend: torch's CPU flash kernel for reduced
+# precision (oneDNN brgemm on AMX) ran a different sequence of kernel calls from run to run on this project's Xeon, and
+# 3 of about 165 runs of one bf16 job ended on another result (torch flags no CPU kernel as nondeterministic).
+DETERMINISTIC_CPU_BACKENDS = [SDPBackend.MATH]
+
+
+def sdpa_backends(q: Tensor, decoding: bool):
+    """The context that names SDPA's backends for this call: DECODE_BACKENDS when decoding on CUDA, the math backend
+    for reduced-precision queries on the CPU under torch.use_deterministic_algorithms, else torch's own choice."""
+    if decoding and q.is_cuda:
+        return sdpa_kernel(DECODE_BACKENDS)
+    if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16) and torch.are_deterministic_algorithms_enabled():
+        return sdpa_kernel(DETERMINISTIC_CPU_BACKENDS)
+    return contextlib.nullcontext()
 
 
 class KVCache:
@@ -219,7 +233,7 @@ class MultiHeadAttention(nn.Module):
             # GQA: enable_gqa, chosen by measurement (scripts/measure_gqa_sdpa.py; figures in docs/performance.md):
             # less memory than repeat_interleave, whose extra is the (B, H, S, D) copy of K and V. Both stay on the
             # fused kernel with a mask (a materialised (B, H, T, S) score matrix would be 1 GiB).
-            with sdpa_kernel(DECODE_BACKENDS) if cache is not None and q.is_cuda else contextlib.nullcontext():
+            with sdpa_backends(q, decoding=cache is not None):
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=None if plain_causal else mask,
                                                    is_causal=plain_causal, dropout_p=dropout_p,
                                                    enable_gqa=self.n_kv_heads != self.n_heads)  # (B, H, T, D)

@@ -269,6 +269,41 @@ def test_the_decoding_backend_list_serves_every_layout(n_kv_heads):
     assert torch.allclose(torch.cat(steps, 1), full, atol=ATOL)
 
 
+@pytest.mark.parametrize("deterministic", [True, False])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_deterministic_reduced_precision_on_the_cpu_attends_with_sdpa_math(monkeypatch, deterministic, dtype):
+    """Under torch.use_deterministic_algorithms a bf16 autocast on the CPU calls SDPA with only its math backend
+    allowed (torch's CPU flash kernel ran another sequence of kernels from run to run in bf16); float32, or a run
+    that does not ask for determinism, keeps torch's own choice. The result matches within bf16's rounding."""
+    import torch.nn.functional as F
+
+    seen = []
+    sdpa = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        seen.append((torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.math_sdp_enabled()))
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    attn = MultiHeadAttention(16, 4, 2).train()
+    x = torch.randn(2, 7, 16)
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(deterministic)
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            y, _ = attn(x, causal=True)
+        y.float().sum().backward()
+    finally:
+        torch.use_deterministic_algorithms(was)
+    math_only = deterministic and dtype == torch.bfloat16
+    assert seen == [(not math_only, True)]
+    assert torch.backends.cuda.flash_sdp_enabled()  # restored after the call
+    assert y.dtype == dtype
+    with torch.no_grad():
+        reference, _ = attn(x, causal=True)  # float32, torch's choice (no dropout in this layer)
+    assert torch.allclose(y.float(), reference, atol=3e-2 if dtype == torch.bfloat16 else ATOL)
+
+
 @pytest.mark.parametrize("pos", ["rotary", "learned"])
 def test_kv_cache_takes_the_compute_dtype_under_a_bf16_autocast(pos):
     """Float32 parameters under a bf16 autocast (a bf16-mixed run): the cache holds bf16 keys and values, so its
