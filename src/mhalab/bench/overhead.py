@@ -180,7 +180,7 @@ class BareModule(L.LightningModule):
         from mhalab.model import build_model
 
         super().__init__()
-        self.arch, self.optim = arch, optim
+        self.arch = arch
         self.hparams.optim = optim  # what AttentionLitModule.configure_optimizers and `plain_loop` read
         self.model = build_model(arch)
         self.is_lm = arch.objective != "classification"
@@ -265,7 +265,7 @@ def fabric_rounds(tc, cfg: OverheadConfig, steps: int) -> list[dict]:
         with warnings.catch_warnings():  # a machine with SLURM installed: Fabric's hint to launch with srun
             warnings.filterwarnings("ignore", message=".*srun.*")
             fabric = Fabric(accelerator="cpu", devices=1, precision="32-true")
-        opt, sched = optimiser(module.model, module.optim, steps)
+        opt, sched = optimiser(module.model, module.hparams.optim, steps)
         model, opt = fabric.setup(module.model, opt)
         clip = state.gradient_clip_val
 
