@@ -20,6 +20,7 @@ import torch
 
 from mhalab.cost import matmul_flops
 from mhalab.errors import ConfigError
+from mhalab.runs.summary import cpu_name
 
 MIB = 2.0 ** 20
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -212,14 +213,8 @@ def loadavg() -> list[float] | None:
 
 
 def machine_info(device: torch.device) -> dict:
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
     info = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-            "cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "device": str(device)}
+            "cpu": cpu_name(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "device": str(device)}
     try:
         with open("/proc/meminfo") as f:
             info["memory_gib"] = round(int(f.readline().split()[1]) / 2 ** 20, 1)

@@ -39,6 +39,20 @@ def env_row(environment: dict | None) -> dict:
     """A run's environment as runs.csv's env_* columns (a key it lacks: None)."""
     return {f"env_{k}": (environment or {}).get(k) for k in ENVIRONMENT}
 
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo's "model name"; else platform.processor()): the environment's
+    `processor`, and the machine line of every benchmark."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor()
+
 MAX_BYTES = 64 * 2**20  # a summary of a 1000-layer x 1000-head model is far below this
 MAX_DEPTH = 12
 MAX_HEADS = 1 << 16  # layers x heads of a per-head matrix

@@ -37,7 +37,7 @@ from mhalab.runs import slurm, stopping
 from mhalab.runs.identity import Finished, run_identity, run_status
 from mhalab.runs.preflight import new_command, preflight, register_resolvers, validate
 from mhalab.runs.rundir import LAST, RunLock, launcher_rank, remove_stale_temporaries
-from mhalab.runs.summary import RunSummary, read_summary, write_summary
+from mhalab.runs.summary import RunSummary, cpu_name, read_summary, write_summary
 from mhalab.training.console import (check_sizes, header, quiet_lightning, result_line, unfinished_twin, usage,
                                      warn_if_repeating)
 
@@ -508,7 +508,7 @@ def _environment(precision: str) -> dict[str, Any]:
     build = torch.__config__.show()
     setting = lambda key: next(iter(re.findall(rf"\b{key}=([^,\s]+)", build)), None)  # noqa: E731
     return {"torch": torch.__version__, "lightning": L.__version__, "python": platform.python_version(),
-            "machine": platform.machine(), "processor": _cpu_name(), "cpu_count": os.cpu_count(),
+            "machine": platform.machine(), "processor": cpu_name(), "cpu_count": os.cpu_count(),
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
             "torch_threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
             "precision": str(precision),
@@ -519,16 +519,6 @@ def _environment(precision: str) -> dict[str, Any]:
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "mkl_num_threads": os.environ.get("MKL_NUM_THREADS"),
             "torch_config": build, "parallel_info": torch.__config__.parallel_info(),
             "slurm_job": os.environ.get("SLURM_JOB_ID"), "slurm_cpus_per_task": os.environ.get("SLURM_CPUS_PER_TASK")}
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def _leave_unstarted(run_dir: Path) -> None:
