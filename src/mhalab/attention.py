@@ -28,9 +28,10 @@ from mhalab.architecture import BACKENDS
 # decoding step) cost ~34 ms on an H100, whichever kernel then ran; with the backends named, 0.75-0.82 ms a token
 # (scripts/diagnose_decode.py, experiments/gpu/h100-2/decode.md). Training keeps torch's choice (its shapes repeat).
 DECODE_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-# Deterministic training in bf16/fp16 on the CPU names SDPA's math backend: torch's CPU flash kernel for reduced
-# precision (oneDNN brgemm on AMX) ran a different sequence of kernel calls from run to run on this project's Xeon, and
-# 3 of about 165 runs of one bf16 job ended on another result (torch flags no CPU kernel as nondeterministic).
+# Deterministic training in bf16/fp16 on the CPU names SDPA's math backend: with torch's CPU flash kernel for reduced
+# precision (oneDNN brgemm on AMX), 30 fresh runs of one bf16 job made 30 different sequences of kernel calls and
+# ended on 2 different results (29 + 1); with the math backend, one sequence and one result (scripts/
+# measure_bf16_repeats.py, docs/recipes.md). torch flags no CPU kernel as nondeterministic.
 DETERMINISTIC_CPU_BACKENDS = [SDPBackend.MATH]
 
 

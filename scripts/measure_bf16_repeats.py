@@ -1,0 +1,71 @@
+"""Does a bf16-mixed job on the CPU repeat bit for bit? The same tiny masked-LM job (tests/runs/test_resume.py's,
+`trainer=gpu trainer.accelerator=cpu`) run N times in fresh processes with `trainer.deterministic` false (the
+recipe's setting: SDPA picks torch's CPU flash kernel) and true (`mhalab.attention.sdpa_backends` names the math
+backend), in alternating rounds; oneDNN's verbose log gives the sequence of kernel calls of each run. Prints, per
+setting, how many distinct results (every metric of summary.json) and distinct kernel-call sequences the runs gave.
+
+    python scripts/measure_bf16_repeats.py 20
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+from conftest import TINY  # noqa: E402  (the suite's tiny model)
+
+JOB = [*TINY, "data=bbc_news_mlm", "trainer.max_epochs=3", "trainer.limit_train_batches=4",
+       "trainer.log_every_n_steps=1", "trainer.val_check_interval=2", "checkpoint.every_n_steps=2",
+       "trainer=gpu", "trainer.accelerator=cpu"]
+SETTINGS = {"deterministic=false (flash kernel)": "trainer.deterministic=false",
+            "deterministic=true (math backend)": "trainer.deterministic=true"}
+
+
+def run_once(override: str, root: Path, cache: Path) -> tuple[str, str]:
+    """(a digest of the run's metrics, a digest of its sequence of oneDNN kernel calls)."""
+    env = {**os.environ, "ONEDNN_VERBOSE": "1", "WANDB_SILENT": "true"}
+    env.pop("MHALAB_RUN_ID", None)
+    job = subprocess.run([sys.executable, "-m", "mhalab.training.train", *JOB, override, f"paths.root_dir={root}",
+                          f"data.cache_dir={cache}"], env=env, capture_output=True, text=True)
+    if job.returncode != 0:
+        raise SystemExit(f"the job with {override} failed (exit {job.returncode}):\n{job.stderr[-3000:]}")
+    out = job.stdout
+    calls = [",".join(line.split(",")[4:12]) for line in out.splitlines()
+             if line.startswith("onednn_verbose,v1,primitive,exec")]  # kind, kernel, layouts, shapes; not the time
+    (summary,) = root.glob("logs/**/summary.json")
+    s = json.loads(summary.read_text())
+    metrics = {k: s[k] for k in ("metrics", "test_metrics", "head_stats", "head_importance")}
+    digest = lambda text: hashlib.sha256(text.encode()).hexdigest()[:12]  # noqa: E731
+    return digest(json.dumps(metrics, sort_keys=True)), digest("\n".join(calls))
+
+
+def main(n: int) -> None:
+    import torch
+
+    from mhalab.bench.output import machine_line
+    from mhalab.bench.timing import loadavg, machine_info
+
+    machine = machine_info(torch.device("cpu"))
+    seen = {name: ([], []) for name in SETTINGS}
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = Path(tmp) / "cache"
+        for i in range(n):  # alternating rounds: one run of each setting per round
+            for name, override in SETTINGS.items():
+                result, calls = run_once(override, Path(tmp) / f"{i}-{len(seen[name][0])}-{hash(name) & 0xffff}", cache)
+                seen[name][0].append(result)
+                seen[name][1].append(calls)
+            print(f"round {i + 1}/{n} done", file=sys.stderr, flush=True)
+    print(f"{n} runs per setting; " + machine_line({**machine, "loadavg_end": loadavg()}))
+    for name, (results, calls) in seen.items():
+        counts = sorted(Counter(results).values(), reverse=True)
+        print(f"{name}: {len(counts)} distinct result(s) {counts}, {len(set(calls))} distinct kernel-call sequence(s)")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 20)
