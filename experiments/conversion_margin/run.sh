@@ -17,7 +17,9 @@ case $NUMERICS in
 esac
 S=$(python3 -c "import json, sys; print(json.load(open('logs/kv_bpb/design/state.json'))[sys.argv[1]][sys.argv[2]]['dir'])" \
   "$STRATUM" "$STAGE")
-for F in 0.10 0.05 0.01; do  # the dearest budget first: it carries the from-scratch run of the same total steps
+# BUDGETS: which budgets, in this order (default: the dearest first: 0.10 carries the from-scratch run of the same
+# total steps); e.g. BUDGETS="0.05 0.01" for what fits a session (a budget's 8 sources are not resumable one by one)
+for F in ${BUDGETS:-0.10 0.05 0.01}; do
   DEST=experiments/conversion_margin/$OUT/g$G-f$F
   [ -f "$DEST/conversion.json" ] && { echo "g$G f$F: done ($DEST)"; continue; }
   SCRATCH=budget; [ "$F" = 0.10 ] && SCRATCH=budget,total
