@@ -1,8 +1,10 @@
 """Does a bf16-mixed job on the CPU repeat bit for bit? The same tiny masked-LM job (tests/runs/test_resume.py's,
 `trainer=gpu trainer.accelerator=cpu`) run N times in fresh processes with `trainer.deterministic` false (the
 recipe's setting: SDPA picks torch's CPU flash kernel) and true (`mhalab.attention.sdpa_backends` names the math
-backend), in alternating rounds; oneDNN's verbose log gives the sequence of kernel calls of each run. Prints, per
-setting, how many distinct results (every metric of summary.json) and distinct kernel-call sequences the runs gave.
+backend), and in float32 (the default precision, where the flash kernel stays), in alternating rounds; oneDNN's
+verbose log gives the sequence of its kernel calls in each run (float32's matrix products go to MKL, which that log
+does not show). Prints, per setting, how many distinct results (every metric of summary.json) and distinct oneDNN
+call sequences the runs gave.
 
     python scripts/measure_bf16_repeats.py 20
 """
@@ -23,18 +25,20 @@ from conftest import TINY  # noqa: E402  (the suite's tiny model)
 JOB = [*TINY, "data=bbc_news_mlm", "trainer.max_epochs=3", "trainer.limit_train_batches=4",
        "trainer.log_every_n_steps=1", "trainer.val_check_interval=2", "checkpoint.every_n_steps=2",
        "trainer=gpu", "trainer.accelerator=cpu"]
-SETTINGS = {"deterministic=false (flash kernel)": "trainer.deterministic=false",
-            "deterministic=true (math backend)": "trainer.deterministic=true"}
+SETTINGS = {"bf16, deterministic=false (flash kernel)": ["trainer.deterministic=false"],
+            "bf16, deterministic=true (math backend)": ["trainer.deterministic=true"],
+            "float32, deterministic=true (the default; flash kernel)": ["trainer.precision=32-true",
+                                                                      "trainer.deterministic=true"]}
 
 
-def run_once(override: str, root: Path, cache: Path) -> tuple[str, str]:
-    """(a digest of the run's metrics, a digest of its sequence of oneDNN kernel calls)."""
+def run_once(overrides: list[str], root: Path, cache: Path) -> tuple[str, str]:
+    """(a digest of the run's metrics, "<number of oneDNN kernel calls>:<a digest of their sequence>")."""
     env = {**os.environ, "ONEDNN_VERBOSE": "1", "WANDB_SILENT": "true"}
     env.pop("MHALAB_RUN_ID", None)
-    job = subprocess.run([sys.executable, "-m", "mhalab.training.train", *JOB, override, f"paths.root_dir={root}",
+    job = subprocess.run([sys.executable, "-m", "mhalab.training.train", *JOB, *overrides, f"paths.root_dir={root}",
                           f"data.cache_dir={cache}"], env=env, capture_output=True, text=True)
     if job.returncode != 0:
-        raise SystemExit(f"the job with {override} failed (exit {job.returncode}):\n{job.stderr[-3000:]}")
+        raise SystemExit(f"the job with {overrides} failed (exit {job.returncode}):\n{job.stderr[-3000:]}")
     out = job.stdout
     calls = [",".join(line.split(",")[4:12]) for line in out.splitlines()
              if line.startswith("onednn_verbose,v1,primitive,exec")]  # kind, kernel, layouts, shapes; not the time
@@ -42,7 +46,7 @@ def run_once(override: str, root: Path, cache: Path) -> tuple[str, str]:
     s = json.loads(summary.read_text())
     metrics = {k: s[k] for k in ("metrics", "test_metrics", "head_stats", "head_importance")}
     digest = lambda text: hashlib.sha256(text.encode()).hexdigest()[:12]  # noqa: E731
-    return digest(json.dumps(metrics, sort_keys=True)), digest("\n".join(calls))
+    return digest(json.dumps(metrics, sort_keys=True)), f"{len(calls)}:" + digest("\n".join(calls))
 
 
 def main(n: int) -> None:
@@ -56,15 +60,17 @@ def main(n: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp) / "cache"
         for i in range(n):  # alternating rounds: one run of each setting per round
-            for name, override in SETTINGS.items():
-                result, calls = run_once(override, Path(tmp) / f"{i}-{len(seen[name][0])}-{hash(name) & 0xffff}", cache)
+            for name, overrides in SETTINGS.items():
+                result, calls = run_once(overrides, Path(tmp) / f"{i}-{len(seen[name][0])}-{hash(name) & 0xffff}", cache)
                 seen[name][0].append(result)
                 seen[name][1].append(calls)
             print(f"round {i + 1}/{n} done", file=sys.stderr, flush=True)
     print(f"{n} runs per setting; " + machine_line({**machine, "loadavg_end": loadavg()}))
     for name, (results, calls) in seen.items():
         counts = sorted(Counter(results).values(), reverse=True)
-        print(f"{name}: {len(counts)} distinct result(s) {counts}, {len(set(calls))} distinct kernel-call sequence(s)")
+        n_calls = sorted(int(c.split(":")[0]) for c in calls)
+        print(f"{name}: {len(counts)} distinct result(s) {counts}, {len(set(calls))} distinct sequence(s) of "
+              f"{n_calls[0]}-{n_calls[-1]} oneDNN kernel calls a run")
 
 
 if __name__ == "__main__":
