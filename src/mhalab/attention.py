@@ -29,9 +29,9 @@ from mhalab.architecture import BACKENDS
 # (scripts/diagnose_decode.py, experiments/gpu/h100-2/decode.md). Training keeps torch's choice (its shapes repeat).
 DECODE_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 # Deterministic training in bf16/fp16 on the CPU names SDPA's math backend: with torch's CPU flash kernel for reduced
-# precision (oneDNN brgemm on AMX), 30 fresh runs of one bf16 job made 30 different sequences of kernel calls and
-# ended on 2 different results (29 + 1); with the math backend, one sequence and one result (scripts/
-# measure_bf16_repeats.py, docs/recipes.md). torch flags no CPU kernel as nondeterministic.
+# precision (oneDNN brgemm on AMX), no two of 90 fresh runs of one bf16 job made the same sequence of kernel calls
+# and 1 ended on another result; with the math backend, one sequence and one result (scripts/measure_bf16_repeats.py,
+# experiments/determinism). torch flags no CPU kernel as nondeterministic.
 DETERMINISTIC_CPU_BACKENDS = [SDPBackend.MATH]
 
 

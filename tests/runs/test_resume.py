@@ -84,7 +84,7 @@ def test_fault_matrix(run_train, tmp_path, reference, point, workers):
 
 
 # the GPU recipe (bf16-mixed) on the CPU, deterministic: the recipe turns it off (the GPU's fast kernels), and without
-# it torch's CPU flash kernel for bf16 ended 1 run in 30 on another result (mhalab.attention.sdpa_backends)
+# it torch's CPU flash kernel for bf16 ended 1 run in 90 on another result (mhalab.attention.sdpa_backends)
 BF16 = ["trainer=gpu", "trainer.accelerator=cpu", "trainer.deterministic=true"]
 COMPILE = ["model.compile=true", "model.compile_backend=aot_eager"]  # torch.compile's tracing, without a C++ build
 
