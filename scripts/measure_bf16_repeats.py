@@ -60,8 +60,8 @@ def main(n: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp) / "cache"
         for i in range(n):  # alternating rounds: one run of each setting per round
-            for name, overrides in SETTINGS.items():
-                result, calls = run_once(overrides, Path(tmp) / f"{i}-{len(seen[name][0])}-{hash(name) & 0xffff}", cache)
+            for k, (name, overrides) in enumerate(SETTINGS.items()):
+                result, calls = run_once(overrides, Path(tmp) / f"round{i}-setting{k}", cache)
                 seen[name][0].append(result)
                 seen[name][1].append(calls)
             print(f"round {i + 1}/{n} done", file=sys.stderr, flush=True)
