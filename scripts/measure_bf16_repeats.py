@@ -19,12 +19,11 @@ from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "runs")]
 from conftest import TINY  # noqa: E402  (the suite's tiny model)
+from test_resume import RUN  # noqa: E402  (the resume test's job: three short epochs with checkpoints)
 
-JOB = [*TINY, "data=bbc_news_mlm", "trainer.max_epochs=3", "trainer.limit_train_batches=4",
-       "trainer.log_every_n_steps=1", "trainer.val_check_interval=2", "checkpoint.every_n_steps=2",
-       "trainer=gpu", "trainer.accelerator=cpu"]
+JOB = [*TINY, *RUN, "trainer=gpu", "trainer.accelerator=cpu"]
 SETTINGS = {"bf16, deterministic=false (flash kernel)": ["trainer.deterministic=false"],
             "bf16, deterministic=true (math backend)": ["trainer.deterministic=true"],
             "float32, deterministic=true (the default; flash kernel)": ["trainer.precision=32-true",
@@ -45,8 +44,11 @@ def run_once(overrides: list[str], root: Path, cache: Path) -> tuple[str, str]:
     (summary,) = root.glob("logs/**/summary.json")
     s = json.loads(summary.read_text())
     metrics = {k: s[k] for k in ("metrics", "test_metrics", "head_stats", "head_importance")}
-    digest = lambda text: hashlib.sha256(text.encode()).hexdigest()[:12]  # noqa: E731
-    return digest(json.dumps(metrics, sort_keys=True)), f"{len(calls)}:" + digest("\n".join(calls))
+    return _digest(json.dumps(metrics, sort_keys=True)), f"{len(calls)}:" + _digest("\n".join(calls))
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def main(n: int) -> None:

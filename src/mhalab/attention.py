@@ -40,7 +40,8 @@ def sdpa_backends(q: Tensor, decoding: bool):
     for reduced-precision queries on the CPU under torch.use_deterministic_algorithms, else torch's own choice."""
     if decoding and q.is_cuda:
         return sdpa_kernel(DECODE_BACKENDS)
-    if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16) and torch.are_deterministic_algorithms_enabled():
+    reduced = q.dtype in (torch.bfloat16, torch.float16)
+    if q.device.type == "cpu" and reduced and torch.are_deterministic_algorithms_enabled():
         return sdpa_kernel(DETERMINISTIC_CPU_BACKENDS)
     return contextlib.nullcontext()
 

@@ -214,7 +214,8 @@ def loadavg() -> list[float] | None:
 
 def machine_info(device: torch.device) -> dict:
     info = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-            "cpu": cpu_name(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "device": str(device)}
+            "cpu": cpu_name(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "device": str(device)}
     try:
         with open("/proc/meminfo") as f:
             info["memory_gib"] = round(int(f.readline().split()[1]) / 2 ** 20, 1)

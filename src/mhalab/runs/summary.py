@@ -17,6 +17,7 @@ import functools
 import json
 import math
 import os
+import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -49,9 +50,8 @@ def cpu_name() -> str:
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    import platform
-
     return platform.processor()
+
 
 MAX_BYTES = 64 * 2**20  # a summary of a 1000-layer x 1000-head model is far below this
 MAX_DEPTH = 12
