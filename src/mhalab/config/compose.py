@@ -144,8 +144,15 @@ class Composer:
         return OmegaConf.select(cfg, "hydra.mode") == RunMode.MULTIRUN
 
     def run_config(self, overrides: list[str]) -> DictConfig:
-        """The config of a single run, as `hydra.run` composes it."""
-        return self._compose(list(overrides))
+        """The config of a single run, as `hydra.main` composes it: where no config sets `hydra.mode`, Hydra adds
+        `hydra.mode=RUN` to the overrides (hydra-core 1.3's `_run_app`), applied here to the one composition."""
+        from hydra.types import RunMode
+
+        cfg = self._compose(list(overrides))
+        if OmegaConf.select(cfg, "hydra.mode") is None:
+            cfg.hydra.mode = RunMode.RUN
+            cfg.hydra.overrides.hydra.append("hydra.mode=RUN")
+        return cfg
 
     def sweep_config(self, overrides: list[str]) -> DictConfig:
         """The master config of a multirun (its sweep values left out: each job has its own)."""

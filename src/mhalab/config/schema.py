@@ -416,7 +416,9 @@ class TrainConfig:
 
 
 def register() -> None:
-    """Store `TrainConfig` as Hydra's structured config `train_schema` (idempotent)."""
+    """Store `TrainConfig` as Hydra's structured config `train_schema` (idempotent: stored once a process, as
+    converting the dataclasses takes ~10 ms each time)."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+    if "train_schema.yaml" not in ConfigStore.instance().repo:
+        ConfigStore.instance().store(name="train_schema", node=TrainConfig)

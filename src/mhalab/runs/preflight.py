@@ -257,6 +257,7 @@ class Plan:
     resume_dir: Path | None = None
     show_only: bool = False  # Hydra prints something (--cfg, --info, --hydra-help) and runs no job
     sweep_dir: Path | None = None  # a sweep that stops as a whole (`mhalab.runs.stopping.stops_as_a_whole`)
+    config: Any = None  # a single run's config, composed and checked, for `mhalab.runs.launch` (not composed again)
 
 
 def preflight(argv: list[str], task_function=None) -> Plan:
@@ -264,7 +265,7 @@ def preflight(argv: list[str], task_function=None) -> Plan:
 
     `--allow PKG` is taken out of argv and granted (`mhalab.targets.grant`); `task_function`: the function
     `hydra.main` will run (a relative -cp is found beside its module), `mhalab.training.train.run` when None."""
-    from mhalab.config.compose import Composer, parse_args, shows_only
+    from mhalab.config.compose import Composer, parse_args, shows_only, unset_job
     from mhalab.targets import grant, split_allow
 
     packages, argv = split_allow(list(argv))
@@ -292,13 +293,14 @@ def preflight(argv: list[str], task_function=None) -> Plan:
             check_not_a_run(Path(run_dir), "hydra.run.dir")
         log_dir = Path(tc.paths.log_dir)
         check_writable(log_dir, "paths.log_dir")
-        plan = Plan(list(argv), False, [(overrides, tc)])
+        plan = Plan(list(argv), False, [(overrides, tc)], config=unset_job(cfg))
         if tc.resume:
             if any(o.startswith("hydra.run.dir=") for o in overrides):
                 raise ConfigError("resume with hydra.run.dir: give the run directory as resume=<run_dir> instead")
             plan.resume_dir = resume_target(tc, log_dir / tc.task_name / "runs")
             if plan.resume_dir is not None:
                 plan.argv = plan.argv + [f"hydra.run.dir={plan.resume_dir}"]
+                plan.config = composer.run_config(overrides + [f"hydra.run.dir={plan.resume_dir}"])
         return plan
     finally:
         composer.close()

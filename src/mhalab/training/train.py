@@ -30,11 +30,13 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from mhalab.checks import available_cpus
+from mhalab.config.compose import parse_args
 from mhalab.config.schema import register
 from mhalab.errors import ConfigError
 from mhalab import faults
 from mhalab.runs import slurm, stopping
 from mhalab.runs.identity import Finished, run_identity, run_status
+from mhalab.runs.launch import launch
 from mhalab.runs.preflight import new_command, preflight, register_resolvers, validate
 from mhalab.runs.rundir import LAST, RunLock, launcher_rank, remove_stale_temporaries
 from mhalab.runs.summary import RunSummary, cpu_name, read_summary, write_summary
@@ -74,7 +76,10 @@ def main(argv: list[str] | None = None) -> None:
         stopping.SIGNALS.start_command(plan.sweep_dir)
     sys.argv = [sys.argv[0]] + plan.argv
     try:
-        hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")(run)()
+        if plan.config is not None:  # a single run: its checked config, not composed twice more by hydra.main
+            launch(parse_args(plan.argv), plan.config, run)
+        else:
+            hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")(run)()
     except KeyboardInterrupt:  # a worker that had not begun its job yet (joblib hands its KeyboardInterrupt on)
         if plan.sweep_dir is None or stopping.stopped(plan.sweep_dir) is None:
             raise
