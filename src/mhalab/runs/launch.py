@@ -6,7 +6,7 @@ job as `hydra.main`'s run does (hydra-core 1.3's `Hydra.run`), through Hydra's p
 same search path (`Composer`), Hydra's logging configured from the config, Hydra's callbacks
 (`hydra.callbacks`) told of the run and the job, and `hydra.core.utils.run_job` writing `.hydra/` and calling the
 task function. A job that raises ends the command as under `hydra.main`: Hydra logs the overrides, the exception
-propagates (exit status 1). Multiruns and the flags that only print stay with `hydra.main`.
+propagates (exit status 1; its whole traceback, where `hydra.main` kept only the job's frames). Multiruns and the flags that only print stay with `hydra.main`.
 """
 
 from __future__ import annotations
