@@ -56,11 +56,38 @@ def test_arrow_reader_gives_what_the_torch_format_of_datasets_gives(task, data_c
 
 @pytest.mark.proc
 def test_a_job_on_a_warm_cache_does_not_import_datasets(data_cache):
+    """Nor pandas, nor pyarrow.compute (~30 ms a process: the columns are read from their buffers)."""
     cfg = {**TASKS["mqar"], "cache_dir": str(data_cache)}
     preprocessing.prepare(DataConfig.from_any(cfg))
     code = ("import sys\nfrom mhalab.data import build_datamodule\n"
             f"dm = build_datamodule({cfg!r})\ndm.prepare_data(); dm.setup('fit')\n"
             "batch = next(iter(dm.train_dataloader())); dm.reference_levels()\n"
-            "print(sorted(m for m in ('datasets', 'pandas') if m in sys.modules))")
+            "print(sorted(m for m in ('datasets', 'pandas', 'pyarrow.compute') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_columns_are_read_from_their_buffers_as_pyarrow_flattens_them():
+    """Lists and numbers over several chunks, sliced chunks (their offsets index the whole child array) and large
+    lists give pyarrow's own combine_chunks().flatten() and list lengths; a missing value or a string is refused."""
+    import pyarrow as pa
+
+    from mhalab.data.arrow import _column_values
+
+    whole = pa.array([[1, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12]], type=pa.list_(pa.int64()))
+    cases = [pa.chunked_array([whole.slice(1, 2), whole.slice(0, 1), whole.slice(3)]),
+             pa.chunked_array([pa.array([[1.5], [2.5, 3.5]], type=pa.large_list(pa.float32())),
+                              pa.array([[]], type=pa.large_list(pa.float32()))],
+                              type=pa.large_list(pa.float32())),
+             pa.chunked_array([pa.array([3, 1], type=pa.int32()).slice(1), pa.array([7], type=pa.int32())])]
+    for column in cases:
+        values, lengths = _column_values(column)
+        combined = column.combine_chunks()
+        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+            assert values.tolist() == combined.flatten().to_pylist()
+            assert lengths.tolist() == [len(row) for row in combined.to_pylist()]
+        else:
+            assert values.tolist() == combined.to_pylist() and lengths is None
+    assert _column_values(pa.chunked_array([pa.array([[1], None])])) is None
+    assert _column_values(pa.chunked_array([pa.array([[1, None]])])) is None
+    assert _column_values(pa.chunked_array([pa.array(["a"])])) is None
