@@ -6,7 +6,8 @@ job as `hydra.main`'s run does (hydra-core 1.3's `Hydra.run`), through Hydra's p
 same search path (`Composer`), Hydra's logging configured from the config, Hydra's callbacks
 (`hydra.callbacks`) told of the run and the job, and `hydra.core.utils.run_job` writing `.hydra/` and calling the
 task function. A job that raises ends the command as under `hydra.main`: Hydra logs the overrides, the exception
-propagates (exit status 1; its whole traceback, where `hydra.main` kept only the job's frames). Multiruns and the flags that only print stay with `hydra.main`.
+propagates (exit status 1; its whole traceback, where `hydra.main` kept only the job's frames). Multiruns and the
+flags that only print stay with `hydra.main`.
 """
 
 from __future__ import annotations
@@ -27,17 +28,17 @@ def launch(args: argparse.Namespace, cfg: DictConfig, task_function: Callable[[D
 
     from mhalab.config.compose import Composer
 
-    with Composer(args, task_function):
+    with Composer(args, task_function) as composer:
         configure_log(cfg.hydra.hydra_logging, cfg.hydra.verbose)
         if cfg.hydra.mode != RunMode.RUN:
             raise ValueError(f"launch runs a single run, not hydra.mode={cfg.hydra.mode}")
         callbacks = HydraCallbacks(cfg)
-        callbacks.on_run_start(config=cfg, config_name=args.config_name or "train")
+        callbacks.on_run_start(config=cfg, config_name=composer.config_name)
         ret = run_job(hydra_context=HydraContext(config_loader=GlobalHydra.instance().config_loader(),
                                                  callbacks=callbacks),
                       task_function=task_function, config=cfg, job_dir_key="hydra.run.dir", job_subdir_key=None,
                       configure_logging=True)
-        callbacks.on_run_end(config=cfg, config_name=args.config_name or "train", job_return=ret)
+        callbacks.on_run_end(config=cfg, config_name=composer.config_name, job_return=ret)
         return ret.return_value  # a failed job's exception, logged by Hydra with its overrides, raised here
 
 
