@@ -4,7 +4,8 @@
 (a multirun's sweep expanded), refuses any `_target_` outside the allow-list (`mhalab.targets`), builds the typed
 config (`mhalab.config.schema`) so every value is checked, and settles `resume` (`mhalab.runs.identity`; run directories are locked by `mhalab.runs.rundir`). So a bad value, an unsafe target or a
 wrong resume is one sentence and exit 2, with no run directory, no file written and no code run. It imports no
-torch or Lightning, so it answers in about a second.
+torch or Lightning, so it answers in about a second. What it composed is what runs: a single run starts from its
+config (`Plan.config`, `mhalab.runs.launch`), a grid sweep's launcher takes each job's (`mhalab.runs.sweeper`).
 
 Run directories: `<paths.log_dir>/<task_name>/runs/<run id>` (multiruns: `.../multiruns/<run id>/<job>`), the run
 id being the time to the microsecond, the process id and random bits (`${mhalab.run_id:}`, one per process).
