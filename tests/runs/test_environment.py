@@ -4,7 +4,7 @@ and their cap, threads; and a run summary that records it still validates agains
 import torch
 
 from mhalab.runs.summary import RunSummary, read_summary, write_summary
-from mhalab.training.train import _environment
+from mhalab.training.fit import _environment
 
 
 def test_the_environment_names_the_numerics_path(tmp_path, monkeypatch):

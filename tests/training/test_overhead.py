@@ -122,7 +122,7 @@ def _trainer_cfg(**trainer):
 def test_the_sanity_check_is_skipped_only_when_a_validation_follows_within_known_steps(trainer, sanity, monkeypatch):
     import dataclasses
 
-    from mhalab.training import train as T
+    from mhalab.training import fit as T
 
     fields = _trainer_cfg(**trainer)
     monkeypatch.setattr(dataclasses, "asdict", lambda t: dict(fields, profiler=None))
@@ -131,7 +131,7 @@ def test_the_sanity_check_is_skipped_only_when_a_validation_follows_within_known
 
 
 def test_a_final_state_that_ties_with_the_best_at_float32_is_tested_in_memory(tmp_path):
-    from mhalab.training.train import _test_checkpoint
+    from mhalab.training.fit import _test_checkpoint
 
     last, best_path = tmp_path / "last.ckpt", tmp_path / "best.ckpt"
     final = 3.4783359718322755  # float64; the checkpoint callback keeps float32(final)

@@ -1,6 +1,6 @@
 """`mhalab bench overhead`: a real run's training step against a plain PyTorch loop on the same model and batches.
 
-The run is `mhalab.training.train.train` on a composed recipe (`recipe`, default the kv_sweep job), with every
+The run is `mhalab.training.fit.train` on a composed recipe (`recipe`, default the kv_sweep job), with every
 callback, logger and checkpoint of a real job; validation is moved past the last step so that only steps are timed.
 A callback of the bench (`PlainRounds`) alternates, in the same process: `steps_per_round` steps of the run, timed
 from its own hook to its next call, then as many steps of the plain loop, then a float32 matmul measuring this
@@ -297,7 +297,7 @@ def run_overhead(cfg: OverheadConfig) -> dict:
     from omegaconf import open_dict
 
     from mhalab.runs.preflight import check_job, compose
-    from mhalab.training.train import train
+    from mhalab.training.fit import train
 
     out, info = start(cfg, "overhead", torch.device("cpu"))
     steps = cfg.warmup_steps + cfg.steps_per_round * (cfg.rounds + 1)

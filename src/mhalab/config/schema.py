@@ -351,7 +351,7 @@ class TrainConfig:
     ckpt_path: Optional[str] = None  # start from this checkpoint's weights, optimizer and step in a new run
     resume: Any = False  # true: continue the newest unfinished run with these overrides; or a run directory
     torch_threads: Optional[int] = None  # torch intra-op threads (None: the CPUs the job was given: SLURM's
-    #   allocation or the affinity mask, divided among a local launcher's n_jobs; mhalab.training.train.job_threads)
+    #   allocation or the affinity mask, divided among a local launcher's n_jobs; mhalab.training.fit.job_threads)
     data: DataConfig = field(default_factory=lambda: DataConfig(cache_dir="${paths.cache_dir}"))
     model: ModelConfig = field(default_factory=ModelConfig)
     attention: AttentionConfig = field(default_factory=AttentionConfig)
