@@ -139,6 +139,21 @@ def arch(vocab_size: int = 50, objective: str = "classification", n_classes: int
     return Architecture(vocab_size, objective, n_classes, ModelConfig(**model), AttentionConfig(**attention))
 
 
+def proc_env() -> dict[str, str]:
+    """The environment a test's `mhalab` process runs in: wandb quiet, no grant of the tester's shell."""
+    env = {**os.environ, "WANDB_SILENT": "true"}
+    env.pop("MHALAB_ALLOW", None)
+    return env
+
+
+def compositions(profile: Path) -> int:
+    """How many configs a cProfiled process composed (every composition goes through Hydra's load_configuration)."""
+    import pstats
+
+    return sum(v[1] for k, v in pstats.Stats(str(profile)).stats.items()
+               if k[2] == "load_configuration" and k[0].endswith("config_loader_impl.py"))
+
+
 def summaries(root: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(root.rglob("summary.json"))]
 

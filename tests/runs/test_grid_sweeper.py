@@ -3,7 +3,6 @@ once, and its jobs end exactly as under Hydra's basic sweeper (issue 26). Tried 
 the compositions are counted by cProfile in the sweep's own process; the results are compared file by file."""
 
 import json
-import pstats
 import subprocess
 import sys
 from pathlib import Path
@@ -11,17 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import TINY
+from conftest import TINY, compositions, proc_env
 
 MHALAB = [sys.executable, "-m", "mhalab"]
 
-
-def _env():
-    import os
-
-    env = {**os.environ, "WANDB_SILENT": "true"}
-    env.pop("MHALAB_ALLOW", None)
-    return env
 
 
 def _sweep(root: Path, data_cache, *extra: str, profile: Path | None = None) -> Path:
@@ -30,16 +22,11 @@ def _sweep(root: Path, data_cache, *extra: str, profile: Path | None = None) -> 
     prefix = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "mhalab"] if profile else MHALAB
     args = ["train", "-m", *TINY, f"paths.root_dir={root}", f"data.cache_dir={data_cache}", "seed=0,1,2",
             *extra]
-    r = subprocess.run([*prefix, *args], cwd=root, env=_env(), capture_output=True, text=True, timeout=600)
+    r = subprocess.run([*prefix, *args], cwd=root, env=proc_env(), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     (sweep,) = (root / "logs" / "train" / "multiruns").iterdir()
     return sweep
 
-
-def _compositions(profile: Path) -> int:
-    """How many configs the profiled process composed (every composition goes through Hydra's load_configuration)."""
-    return sum(v[1] for k, v in pstats.Stats(str(profile)).stats.items()
-               if k[2] == "load_configuration" and k[0].endswith("config_loader_impl.py"))
 
 
 @pytest.mark.proc
@@ -52,7 +39,7 @@ def test_a_grid_sweep_composes_each_job_once(tmp_path, data_cache, sweeper, per_
     prof = tmp_path / "sweep.prof"
     sweep = _sweep(tmp_path / "root", data_cache, "hydra/launcher=basic", f"hydra/sweeper={sweeper}", profile=prof)
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1", "2"]
-    assert _compositions(prof) == 4 + 3 * per_job
+    assert compositions(prof) == 4 + 3 * per_job
 
 
 def _job_files(sweep: Path) -> dict[str, object]:

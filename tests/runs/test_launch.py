@@ -4,7 +4,6 @@ processes: compositions counted by cProfile in the run's own process, the result
 same run started by `hydra.main` itself."""
 
 import json
-import pstats
 import subprocess
 import sys
 import warnings
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import TINY
+from conftest import TINY, compositions, proc_env
 
 # the same run under hydra.main, as `mhalab train` started it before (the preflight's registrations, then Hydra)
 UNDER_HYDRA_MAIN = """
@@ -27,13 +26,6 @@ hydra.main(version_base="1.3", config_path=train.CONFIG_PATH, config_name="train
 """
 
 
-def _env():
-    import os
-
-    env = {**os.environ, "WANDB_SILENT": "true"}
-    env.pop("MHALAB_ALLOW", None)
-    return env
-
 
 def _run(run_dir: Path, data_cache, *, under_hydra_main: bool = False, profile: Path | None = None) -> Path:
     run_dir.parent.mkdir(parents=True)
@@ -44,14 +36,10 @@ def _run(run_dir: Path, data_cache, *, under_hydra_main: bool = False, profile: 
         cmd = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "mhalab", "train", *args]
     else:
         cmd = [sys.executable, "-m", "mhalab", "train", *args]
-    r = subprocess.run(cmd, cwd=run_dir.parent, env=_env(), capture_output=True, text=True, timeout=600)
+    r = subprocess.run(cmd, cwd=run_dir.parent, env=proc_env(), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     return run_dir
 
-
-def _compositions(profile: Path) -> int:
-    return sum(v[1] for k, v in pstats.Stats(str(profile)).stats.items()
-               if k[2] == "load_configuration" and k[0].endswith("config_loader_impl.py"))
 
 
 def _files(run_dir: Path) -> dict[str, object]:
@@ -76,7 +64,7 @@ def test_a_single_run_composes_its_config_once(tmp_path, data_cache):
     prof = tmp_path / "run.prof"
     run_dir = _run(tmp_path / "a" / "run", data_cache, profile=prof)
     assert (run_dir / "summary.json").is_file()
-    assert _compositions(prof) == 1
+    assert compositions(prof) == 1
 
 
 @pytest.mark.proc

@@ -7,12 +7,11 @@ import re
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import TINY
-from test_stopping import RUN, _env, wait_for
+from conftest import TINY, proc_env
+from test_stopping import RUN, wait_for
 
 MHALAB = [sys.executable, "-m", "mhalab"]
 LAUNCH = re.compile(r"#(\d+) : (.*)$")
@@ -22,7 +21,7 @@ LAUNCH = re.compile(r"#(\d+) : (.*)$")
 def test_a_stopped_parallel_sweep_prints_a_launch_line_per_started_job_only(tmp_path, data_cache):
     args = ["-m", "hydra/launcher=parallel", *TINY, *RUN, f"paths.root_dir={tmp_path}", f"data.cache_dir={data_cache}",
             "trainer.max_epochs=100", "trainer.limit_train_batches=4", "seed=0,1,2"]
-    proc = subprocess.Popen([*MHALAB, "train", *args], cwd=tmp_path, env={**_env(), "PYTHONUNBUFFERED": "1"},
+    proc = subprocess.Popen([*MHALAB, "train", *args], cwd=tmp_path, env={**proc_env(), "PYTHONUNBUFFERED": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     multiruns = tmp_path / "logs" / "train" / "multiruns"
     try:

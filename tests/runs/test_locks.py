@@ -1,22 +1,18 @@
 """A sweep never writes into a run directory another process holds (real processes holding real locks)."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import proc_env
+
 pytestmark = pytest.mark.proc  # every test here starts real processes
 
 RUN = ["stats.importance=false", "stats.plots=false"]
 
-
-def _env():
-    env = {**os.environ, "WANDB_SILENT": "true"}
-    env.pop("MHALAB_ALLOW", None)
-    return env
 
 
 def status(run_dir: Path) -> str:
@@ -34,7 +30,7 @@ def test_a_sweep_never_writes_into_a_run_directory_another_process_holds(tmp_pat
          "while job == '1' and not (sweep / '0' / '.hydra').is_dir(): time.sleep(0.01)\n"
          "(sweep / job).mkdir(parents=True, exist_ok=True); (sweep / job / 'mine.txt').write_text('holder')\n"
          "RunLock(sweep / job).acquire(); print('locked', flush=True); sys.stdin.read()",
-         str(sweep), "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_env())
+         str(sweep), "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=proc_env())
     try:
         assert holder.stdout.readline().strip() == "locked"
         before = sorted((p.relative_to(sweep), p.stat().st_mtime_ns) for p in sweep.rglob("*"))
@@ -45,7 +41,7 @@ def test_a_sweep_never_writes_into_a_run_directory_another_process_holds(tmp_pat
         holder.communicate("")
     late = tmp_path / "late"
     holder = subprocess.Popen(holder.args[:-2] + [str(late), "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, env=_env())
+                              text=True, env=proc_env())
     try:
         r = train(*RUN, f"hydra.sweep.dir={late}", "seed=0,1", multirun=True)
         assert holder.stdout.readline().strip() == "locked"
@@ -67,7 +63,7 @@ def test_a_requeued_slurm_job_waits_for_its_previous_start_to_let_go(tmp_path, m
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from pathlib import Path; from mhalab.runs.rundir import RunLock\n"
          "RunLock(Path(sys.argv[1])).acquire(); print('locked', flush=True); time.sleep(2)", str(tmp_path)],
-        stdout=subprocess.PIPE, text=True, env=_env())
+        stdout=subprocess.PIPE, text=True, env=proc_env())
     try:
         assert holder.stdout.readline().strip() == "locked"
         monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)

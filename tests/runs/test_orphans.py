@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY
-from test_stopping import RUN, _env, status, wait_for
+from conftest import TINY, proc_env
+from test_stopping import RUN, status, wait_for
 
 pytestmark = pytest.mark.proc  # every test here starts real processes
 
@@ -42,7 +42,7 @@ def test_a_sigkilled_parallel_sweep_leaves_no_worker_and_resumes(tmp_path, data_
     # data.num_workers=1: every job has a DataLoader worker too; 30 epochs of 4 steps: still training when killed
     args = ["-m", "hydra/launcher=parallel", *TINY, *RUN, f"paths.root_dir={tmp_path}", f"data.cache_dir={data_cache}",
             "trainer.max_epochs=30", "trainer.limit_train_batches=4", "data.num_workers=1", "seed=0,1"]
-    proc = subprocess.Popen([*MHALAB, "train", *args], cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([*MHALAB, "train", *args], cwd=tmp_path, env=proc_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     multiruns = tmp_path / "logs" / "train" / "multiruns"
     try:
@@ -67,7 +67,7 @@ def test_a_sigkilled_parallel_sweep_leaves_no_worker_and_resumes(tmp_path, data_
         assert (sweep / job / "checkpoints" / "last.ckpt").is_file()
     logs = "".join((sweep / job / "train.log").read_text() for job in ("0", "1"))
     assert "the sweep's command (pid " in logs, logs[-3000:]
-    resumed = subprocess.run([*MHALAB, "train", *args, "resume=true"], cwd=tmp_path, env=_env(), capture_output=True,
+    resumed = subprocess.run([*MHALAB, "train", *args, "resume=true"], cwd=tmp_path, env=proc_env(), capture_output=True,
                              text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert [status(sweep / job) for job in ("0", "1")] == ["ok", "ok"]
@@ -90,7 +90,7 @@ if os.fork() == 0:  # the worker: one job of a sweep that stops as a whole, then
 time.sleep(60)  # the command
 """
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True,
-                            start_new_session=True, env=_env())
+                            start_new_session=True, env=proc_env())
     try:
         worker = int(proc.stdout.readline())
         os.kill(worker, signal.SIGTERM)
@@ -127,7 +127,7 @@ mark_stopped(sys.argv[1], signal.SIGTERM)  # the other worker's job, stopped as 
 os.kill(os.getpid(), signal.SIGKILL)
 """
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True,
-                            start_new_session=True, env=_env())
+                            start_new_session=True, env=proc_env())
     try:
         time.sleep(2)  # the command stays a zombie meanwhile: the worker's job looks at it before it is reaped
         assert proc.wait(timeout=30) == -signal.SIGKILL

@@ -13,18 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY
+from conftest import TINY, proc_env
 
 pytestmark = pytest.mark.proc  # every test here starts real processes
 
 RUN = ["stats.importance=false", "stats.plots=false"]
 MHALAB = [sys.executable, "-m", "mhalab"]
 
-
-def _env():
-    env = {**os.environ, "WANDB_SILENT": "true"}
-    env.pop("MHALAB_ALLOW", None)
-    return env
 
 
 def wait_for(found, what: str, timeout: float = 240):
@@ -44,7 +39,7 @@ def status(run_dir: Path) -> str:
 
 def test_sigterm_during_start_up_writes_an_interrupted_summary_and_the_resume_line(tmp_path, data_cache):
     args = [*TINY, *RUN, f"paths.root_dir={tmp_path}", f"data.cache_dir={data_cache}"]
-    proc = subprocess.Popen([*MHALAB, "train", *args], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*MHALAB, "train", *args], cwd=tmp_path, env=proc_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     # Hydra has made the run directory: the job is starting (importing torch and Lightning), not training
     hydra_dir = wait_for(lambda: list(tmp_path.glob("logs/train/runs/*/.hydra")), "the run directory")[0]
@@ -57,7 +52,7 @@ def test_sigterm_during_start_up_writes_an_interrupted_summary_and_the_resume_li
     assert s["timings"]["train_steps"] == 0
     assert "mhalab: stopped by SIGTERM at step 0; resume with:\n  mhalab train " in err and f"resume={run_dir}" in err
     assert "Traceback" not in err
-    resumed = subprocess.run([*MHALAB, "train", *args, "resume=true"], cwd=tmp_path, env=_env(), capture_output=True,
+    resumed = subprocess.run([*MHALAB, "train", *args, "resume=true"], cwd=tmp_path, env=proc_env(), capture_output=True,
                              text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert status(run_dir) == "ok"
@@ -71,7 +66,7 @@ def ctrl_c_sweep(tmp_path_factory, data_cache):
     # 400 steps a job: the second worker may start training 100 steps after the first on a loaded machine
     args = ["-m", "hydra/launcher=parallel", *TINY, *RUN, f"paths.root_dir={root}", f"data.cache_dir={data_cache}",
             "trainer.max_epochs=100", "trainer.limit_train_batches=4", "seed=0,1,2"]
-    proc = subprocess.Popen([*MHALAB, "train", *args], cwd=root, env=_env(), stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*MHALAB, "train", *args], cwd=root, env=proc_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     multiruns = root / "logs" / "train" / "multiruns"
     wait_for(lambda: len(list(multiruns.glob("*/*/checkpoints/last.ckpt"))) == 2, "both running jobs' checkpoints")
@@ -101,7 +96,7 @@ def test_the_command_a_stopped_sweep_prints_finishes_every_job(ctrl_c_sweep):
     args, code, out, err, sweep = ctrl_c_sweep
     resume = err.splitlines()[-1].strip()
     assert resume == shlex.join(["mhalab", "train", *args, "resume=true"]), err[-3000:]
-    resumed = subprocess.run([*MHALAB, *shlex.split(resume)[1:]], cwd=sweep.parents[3], env=_env(),
+    resumed = subprocess.run([*MHALAB, *shlex.split(resume)[1:]], cwd=sweep.parents[3], env=proc_env(),
                              capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert [status(sweep / job) for job in ("0", "1", "2")] == ["ok", "ok", "ok"]
@@ -115,7 +110,7 @@ def test_the_command_a_stopped_sweep_prints_finishes_every_job(ctrl_c_sweep):
 def test_a_sweep_stops_as_a_whole_whichever_process_gets_the_signal(tmp_path, data_cache, launcher, sig, to_group):
     args = ["-m", f"hydra/launcher={launcher}", *TINY, *RUN, f"paths.root_dir={tmp_path}",
             f"data.cache_dir={data_cache}", "trainer.max_epochs=200", "trainer.limit_train_batches=4", "seed=0,1"]
-    proc = subprocess.Popen([*MHALAB, "train", *args], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*MHALAB, "train", *args], cwd=tmp_path, env=proc_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     running = 1 if launcher == "basic" else 2
     multiruns = tmp_path / "logs" / "train" / "multiruns"
