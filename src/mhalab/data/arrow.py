@@ -123,10 +123,12 @@ def _column_values(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray | No
             return None
         values.append(_numbers(chunk.values)[offsets[0]:offsets[-1]])
         lengths.append(np.diff(offsets))
-    joined = values[0] if len(values) == 1 else np.concatenate(values) if values else np.empty(0, NUMPY[item])
-    if not listed:
-        return joined, None
-    return joined, lengths[0] if len(lengths) == 1 else np.concatenate(lengths) if lengths else np.empty(0, np.int64)
+    return _joined(values, NUMPY[item]), _joined(lengths, np.int64) if listed else None
+
+
+def _joined(parts: list[np.ndarray], dtype) -> np.ndarray:
+    """The parts end to end (the one part itself when there is one: no copy)."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, dtype)
 
 
 def _numbers(array: pa.Array) -> np.ndarray:
