@@ -30,8 +30,8 @@ SETTINGS = {"bf16, deterministic=false (flash kernel)": ["trainer.deterministic=
                                                                       "trainer.deterministic=true"]}
 
 
-def run_once(overrides: list[str], root: Path, cache: Path) -> tuple[str, str]:
-    """(a digest of the run's metrics, "<number of oneDNN kernel calls>:<a digest of their sequence>")."""
+def run_once(overrides: list[str], root: Path, cache: Path) -> tuple[str, tuple[int, str]]:
+    """(a digest of the run's metrics, (the number of oneDNN kernel calls, a digest of their sequence))."""
     env = {**os.environ, "ONEDNN_VERBOSE": "1", "WANDB_SILENT": "true"}
     env.pop("MHALAB_RUN_ID", None)
     job = subprocess.run([sys.executable, "-m", "mhalab.training.train", *JOB, *overrides, f"paths.root_dir={root}",
@@ -44,7 +44,7 @@ def run_once(overrides: list[str], root: Path, cache: Path) -> tuple[str, str]:
     (summary,) = root.glob("logs/**/summary.json")
     s = json.loads(summary.read_text())
     metrics = {k: s[k] for k in ("metrics", "test_metrics", "head_stats", "head_importance")}
-    return _digest(json.dumps(metrics, sort_keys=True)), f"{len(calls)}:" + _digest("\n".join(calls))
+    return _digest(json.dumps(metrics, sort_keys=True)), (len(calls), _digest("\n".join(calls)))
 
 
 def _digest(text: str) -> str:
@@ -70,7 +70,7 @@ def main(n: int) -> None:
     print(f"{n} runs per setting; " + machine_line({**machine, "loadavg_end": loadavg()}))
     for name, (results, calls) in seen.items():
         counts = sorted(Counter(results).values(), reverse=True)
-        n_calls = sorted(int(c.split(":")[0]) for c in calls)
+        n_calls = sorted(count for count, _ in calls)
         print(f"{name}: {len(counts)} distinct result(s) {counts}, {len(set(calls))} distinct sequence(s) of "
               f"{n_calls[0]}-{n_calls[-1]} oneDNN kernel calls a run")
 
