@@ -60,10 +60,10 @@ def frozen_code(dest: Path, state: dict) -> Path:
     """A copy of the committed src/ under dest/code-<commit>: HEAD's when the design starts (recorded in its
     state), the recorded one when it resumes, so every stage of a design runs the same code; refuses to start a
     design from a tree with uncommitted src/ changes."""
-    if state.get("code"):
+    if state.get("code"):  # resuming: the recorded copy, rebuilt from its commit when it is gone (another machine)
         code = dest / state["code"]
         if not (code / "src" / "mhalab").is_dir():
-            sys.exit(f"this design started with the code in {code}, which is gone: restore it or start anew")
+            extract_src(state["code"].removeprefix("code-"), code)
         return code / "src"
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "src"], capture_output=True, text=True,
                            check=True).stdout.strip()
@@ -73,10 +73,31 @@ def frozen_code(dest: Path, state: dict) -> Path:
                             check=True).stdout.strip()
     code = dest / f"code-{commit[:12]}"
     if not (code / "src" / "mhalab").is_dir():
-        tar = subprocess.run(["git", "-C", str(REPO), "archive", commit, "src"], capture_output=True, check=True)
-        tarfile.open(fileobj=io.BytesIO(tar.stdout)).extractall(code, filter="data")
+        extract_src(commit, code)
     state["code"] = code.name
     return code / "src"
+
+
+def extract_src(commit: str, code: Path) -> None:
+    """The committed src/ of `commit` (git archive) unpacked under code/."""
+    tar = subprocess.run(["git", "-C", str(REPO), "archive", commit, "src"], capture_output=True)
+    if tar.returncode != 0:
+        sys.exit(f"this design's code is commit {commit}, which this checkout does not have: fetch it, or start anew")
+    tarfile.open(fileobj=io.BytesIO(tar.stdout)).extractall(code, filter="data")
+
+
+def root() -> Path:
+    """The folder that holds logs/ (MHALAB_ROOT, or the current one)."""
+    return Path(os.environ.get("MHALAB_ROOT", "."))
+
+
+def relative(d: Path) -> Path:
+    """d relative to the root when it lies under it: the state then holds on another machine or checkout
+    (scripts/design_runs.py carries it)."""
+    try:
+        return d.resolve().relative_to(root().resolve())
+    except ValueError:
+        return d
 
 
 def plan(experiment: str, stratum: list[str], config_dir: str | None = None) -> dict:
@@ -135,7 +156,7 @@ def run_stratum(experiment: str, stratum: list[str], p: dict, numerics: list[str
     def stage(name: str, args: list[str], env: dict | None = None) -> Path:
         if name in done and done[name].get("dir"):
             print(f"[{key}] {name}: done, {done[name]['dir']}", flush=True)
-            return Path(done[name]["dir"])
+            return root() / done[name]["dir"]  # recorded relative to the root (absolute before 2026-11-26)
         resume = ["resume=true"] if done.get(name, {}).get("started") else []
         done[name] = {"started": True}
         save()
@@ -146,7 +167,7 @@ def run_stratum(experiment: str, stratum: list[str], p: dict, numerics: list[str
         finally:
             os.environ.clear()
             os.environ.update(old)
-        done[name] = {"started": True, "dir": str(d)}
+        done[name] = {"started": True, "dir": str(relative(d))}
         save()
         return d
 
@@ -187,9 +208,8 @@ def main(argv: list[str]) -> None:
     extra = [a for a in extra if a != "--"]
     if args.config_dir:
         extra = ["--config-dir", args.config_dir, *extra]
-    root = Path(os.environ.get("MHALAB_ROOT", "."))
     p = plan(args.experiment, [], args.config_dir)
-    base = root / "logs" / p["task_name"] / "design"
+    base = root() / "logs" / p["task_name"] / "design"
     base.mkdir(parents=True, exist_ok=True)
     numerics = [n for n in args.numerics.split(",") if n]
     for n in numerics:

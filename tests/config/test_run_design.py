@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -89,13 +90,13 @@ def test_runner_runs_every_stage_with_its_numerics_and_resumes(tmp_path):
     state = json.loads((design / "state.json").read_text())["-"]
     assert sorted(state) == sorted(["A"] + [f"{s} attention.n_kv_heads={k}" for s in ("B", "avx2", "threads2")
                                             for k in (4, 1)])
-    chosen = {a["label"]: a["chosen"] for a in json.loads(
-        (Path(state["A"]["dir"]) / "report" / "report.json").read_text())["arms"]}
-    curve = (Path(state["A"]["dir"]) / "report" / "lr_curve.csv").read_text().splitlines()
-    assert len(curve) == 1 + 2 * 2 and (Path(state["A"]["dir"]) / "report" / "lr_curve.png").exists()  # arms x rates
+    a_dir = tmp_path / state["A"]["dir"]  # recorded relative to the root
+    chosen = {a["label"]: a["chosen"] for a in json.loads((a_dir / "report" / "report.json").read_text())["arms"]}
+    curve = (a_dir / "report" / "lr_curve.csv").read_text().splitlines()
+    assert len(curve) == 1 + 2 * 2 and (a_dir / "report" / "lr_curve.png").exists()  # arms x rates
     for name, seed, cap, threads in (("B", 1, None, 1), ("avx2", 2, "avx2", 1), ("threads2", 3, None, 2)):
         for k in (4, 1):
-            (summary,) = Path(state[f"{name} attention.n_kv_heads={k}"]["dir"]).glob("*/summary.json")
+            (summary,) = (tmp_path / state[f"{name} attention.n_kv_heads={k}"]["dir"]).glob("*/summary.json")
             s = json.loads(summary.read_text())
             assert s["config"]["seed"] == seed and s["config"]["torch_threads"] == threads
             assert s["environment"]["aten_cpu_capability"] == cap
@@ -106,6 +107,44 @@ def test_runner_runs_every_stage_with_its_numerics_and_resumes(tmp_path):
     assert stability["environment"]["avx2"]["aten_cpu_capability"] == "avx2"
     again = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "mhalab train" not in again.stdout and again.stdout.count(": done,") == 7
+
+    # The design moves to another machine (scripts/design_runs.py), one stage's job killed before its end there: the
+    # archive holds no checkpoint; restored under another root, the design resumes and trains that job alone, again
+    # from step 0, to the same figures.
+    stage = "threads2 attention.n_kv_heads=1"
+    (job,) = (tmp_path / state[stage]["dir"]).glob("*/summary.json")
+    before = json.loads(job.read_text())
+    job.unlink()
+    full = json.loads((design / "state.json").read_text())
+    full["-"][stage] = {"started": True}
+    (design / "state.json").write_text(json.dumps(full))
+    saved_to, moved = tmp_path / "saved", tmp_path / "moved"
+    keep = [sys.executable, str(REPO / "scripts" / "design_runs.py")]
+    saved = subprocess.run([*keep, "save", "smoke_design", "--to", str(saved_to)], env=env, cwd=tmp_path,
+                           capture_output=True, text=True)
+    assert saved.returncode == 0 and "saved 9 finished jobs" in saved.stdout, saved.stdout + saved.stderr
+    archives = sorted(saved_to.rglob("*.tar.gz"))
+    assert len(archives) == 1 + 9  # the design's state, then one a finished job
+    names = [n for a in archives for n in tarfile.open(a).getnames()]
+    assert "smoke_design/design/state.json" in names
+    assert not [n for n in names if "checkpoints" in n or n.endswith(".lock")]
+    moved_env = {**env, "MHALAB_ROOT": str(moved)}
+    restored = subprocess.run([*keep, "restore", "smoke_design", "--to", str(saved_to)], env=moved_env,
+                              cwd=tmp_path, capture_output=True, text=True)
+    assert restored.returncode == 0, restored.stderr
+    resumed = subprocess.run(cmd, env=moved_env, cwd=moved, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert resumed.stdout.count("$ mhalab train") == 1 and resumed.stdout.count(": done,") == 6
+    (rerun,) = (moved / "logs" / "smoke_design" / "multiruns").glob(f"{job.parent.parent.name}/*/summary.json")
+    after = json.loads(rerun.read_text())
+    assert after["status"] == "ok" and after["metrics"] == before["metrics"]
+    assert after["test_metrics"] == before["test_metrics"]
+    moved_state = moved / "logs" / "smoke_design" / "design" / "state.json"
+    moved_state.write_text("{}")  # restore never replaces a file (the resumed stage's reports differ too)
+    refused = subprocess.run([*keep, "restore", "smoke_design", "--to", str(saved_to)], env=moved_env,
+                             cwd=tmp_path, capture_output=True, text=True)
+    assert refused.returncode != 0 and "is already there and differs from the saved one" in refused.stderr
+    assert moved_state.read_text() == "{}"
 
 
 def test_reports_run_this_checkout_and_keep_carried_packages(monkeypatch):
