@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,33 @@ def proc_env() -> dict[str, str]:
     env = {**os.environ, "WANDB_SILENT": "true"}
     env.pop("MHALAB_ALLOW", None)
     return env
+
+
+def wait_for(found, what: str, timeout: float = 240):
+    """Poll `found()` until it returns something true; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = found()
+        if result:
+            return result
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def session(sid: int) -> dict[int, str]:
+    """{pid: name} of the live processes of session `sid` (zombies left out), read from /proc."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if int(fields[3]) == sid and fields[0] not in "ZX":  # fields: state, ppid, pgrp, session
+            found[int(entry)] = name
+    return found
 
 
 def compositions(profile: Path) -> int:

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from conftest import TINY, proc_env
-from test_stopping import RUN, wait_for
+from conftest import TINY, proc_env, wait_for
+from test_stopping import RUN
 
 MHALAB = [sys.executable, "-m", "mhalab"]
 LAUNCH = re.compile(r"#(\d+) : (.*)$")

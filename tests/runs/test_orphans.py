@@ -8,33 +8,16 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from conftest import TINY, proc_env
-from test_stopping import RUN, status, wait_for
+from conftest import TINY, proc_env, session, wait_for
+from test_stopping import RUN, status
 
 pytestmark = pytest.mark.proc  # every test here starts real processes
 
 MHALAB = [sys.executable, "-m", "mhalab"]
 GRACE_S = 10  # how long any process of the sweep may outlive its command
-
-
-def session(sid: int) -> dict[int, str]:
-    """{pid: name} of the live processes of session `sid` (zombies left out), read from /proc."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-        if int(fields[3]) == sid and fields[0] not in "ZX":  # fields: state, ppid, pgrp, session
-            found[int(entry)] = name
-    return found
 
 
 @pytest.mark.slow  # about 2 minutes on 2 shared cores: two sweeps' start-up and 240 steps

@@ -8,29 +8,17 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import TINY, proc_env
+from conftest import TINY, proc_env, wait_for
 
 pytestmark = pytest.mark.proc  # every test here starts real processes
 
 RUN = ["stats.importance=false", "stats.plots=false"]
 MHALAB = [sys.executable, "-m", "mhalab"]
 
-
-
-def wait_for(found, what: str, timeout: float = 240):
-    """Poll `found()` until it returns something true; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = found()
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def status(run_dir: Path) -> str:
