@@ -13,28 +13,56 @@ choice made on stage A and tests it on the stage-B seeds alone. Run from the fol
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 MHALAB = [sys.executable, "-m", "mhalab"]
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # passed on to the running sweep
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def train(args: list[str]) -> Path:
-    """Run one `mhalab train -m` sweep, its output shown as it comes; the multirun folder it made."""
+    """Run one `mhalab train -m` sweep, its output shown as it comes; the multirun folder it made. A stop signal to
+    this process (SIGINT, SIGTERM, SIGHUP) is passed on to the sweep, which stops as it does on SIGTERM (running jobs
+    save last.ckpt and an "interrupted" summary); if this process dies however (SIGKILL), the kernel sends the sweep
+    SIGTERM (Linux), so no stage trains on unwatched."""
     print("$ mhalab train -m " + " ".join(args), flush=True)
-    folder = None
+    folder, stopped = None, []
     with subprocess.Popen([*MHALAB, "train", "-m", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True) as proc:
-        for line in proc.stdout:
-            sys.stdout.write(line)
-            if "sweep output dir :" in line:
-                folder = Path(line.split("sweep output dir :")[1].strip())
+                          text=True, preexec_fn=_stop_with_parent) as proc:
+        def forward(signum, frame):
+            stopped.append(signum)
+            proc.send_signal(signal.SIGTERM if signum == signal.SIGHUP else signum)
+
+        before = {s: signal.signal(s, forward) for s in STOPS}
+        try:
+            for line in proc.stdout:
+                sys.stdout.write(line)
+                if "sweep output dir :" in line:
+                    folder = Path(line.split("sweep output dir :")[1].strip())
+        finally:
+            for s, handler in before.items():
+                signal.signal(s, handler)
+    if stopped:
+        sys.exit(f"stopped by {signal.Signals(stopped[0]).name}: the sweep's running jobs saved their checkpoints; run "
+                 "the same command again to resume")
     if proc.returncode != 0 or folder is None:
         sys.exit(f"stage failed (exit {proc.returncode}): mhalab train -m {' '.join(args)}")
     return folder
+
+
+def _stop_with_parent() -> None:
+    """In the sweep's process, before it runs: SIGTERM when the process that started it dies (prctl
+    PR_SET_PDEATHSIG; Linux only, elsewhere nothing)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
 
 
 def chosen_cells(dirs: list[Path]) -> list[tuple[list[str], list[str]]]:

@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import proc_env, session, wait_for
 from mhalab.config.schema import DesignConfig
 from mhalab.errors import ConfigError
 from mhalab.runs.preflight import compose, validate
@@ -160,3 +162,36 @@ def test_reports_run_this_checkout_and_keep_carried_packages(monkeypatch):
                                                                           "/frozen/code/src"]
     monkeypatch.delenv("PYTHONPATH")
     assert run_design.analysis_env()["PYTHONPATH"] == str(REPO / "src")
+
+
+@pytest.mark.proc
+@pytest.mark.slow  # a design's first job trained until it is stopped: about a minute on 2 shared cores
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_stopped_runner_stops_its_stage_and_leaves_nothing_running(tmp_path, sig):
+    """The runner stopped by a signal (passed on) or killed (the kernel's SIGTERM to the sweep, PR_SET_PDEATHSIG):
+    the stage's running job saves its checkpoint and an "interrupted" summary, and no process of the design is
+    left training unwatched; the same command resumes it."""
+    conf = tmp_path / "conf" / "experiment"
+    conf.mkdir(parents=True)
+    (conf / "smoke_design.yaml").write_text(SMOKE)
+    env = {**proc_env(), "MHALAB_ROOT": str(tmp_path), "PYTHONPATH": str(REPO / "src")}
+    cmd = [sys.executable, str(REPO / "scripts" / "run_design.py"), "smoke_design", "--no-freeze",
+           "--config-dir", str(tmp_path / "conf"), "--", "trainer.max_steps=100000", "endpoint.stop_at_threshold=false",
+           "hydra.launcher.n_jobs=1"]
+    runner = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        (ckpt,) = wait_for(lambda: list(tmp_path.glob("logs/smoke_design/multiruns/*/0/checkpoints/last.ckpt")),
+                           "the first job's checkpoint")
+        assert len(session(runner.pid)) >= 2  # the runner and its sweep
+        os.kill(runner.pid, sig)
+        out, err = runner.communicate(timeout=120)
+        left = wait_for(lambda: not session(runner.pid) or None, "every process of the design to end", timeout=60)
+        assert left
+    finally:
+        for pid in session(runner.pid):  # a failed check leaves nothing running
+            os.kill(pid, signal.SIGKILL)
+    summary = json.loads((ckpt.parents[1] / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["error"]["message"].startswith("stopped by SIGTERM")
+    if sig == signal.SIGTERM:
+        assert runner.returncode == 1 and "stopped by SIGTERM: the sweep's running jobs saved" in err, err[-2000:]
