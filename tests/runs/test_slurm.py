@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TINY, summaries
+from conftest import REPO, TINY, summaries, wait_for
 from test_resume import RUN, results
 
 spec = importlib.util.spec_from_file_location("slurm_cluster", REPO / "scripts" / "slurm_cluster.py")
@@ -44,16 +44,6 @@ def env_of(cluster, tmp_path) -> dict:
             "PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
 
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = condition()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
 def scontrol(cluster, *args) -> str:
     return subprocess.run(["scontrol", *args], capture_output=True, text=True, env=cluster.env).stdout
 
@@ -69,11 +59,11 @@ def start_requeued(cluster, job: str) -> None:
     released sooner is refused by slurmd ("Job credential revoked": it revokes the first start's credential with
     one-second resolution) and the job ends FAILED, as CI saw."""
     wait_for(lambda: job_field(cluster, job, "Restarts") == "1" and job_field(cluster, job, "JobState") == "PENDING",
-             120, f"job {job} to be requeued")
+             f"job {job} to be requeued", 120)
     raw = job_field(cluster, job, "JobId")
     log = cluster.root / "slurmd.log"
-    wait_for(lambda: f"[{raw}.batch] done with job" in log.read_text(errors="replace"), 120,
-             f"the first start of job {job} to end on the node")
+    wait_for(lambda: f"[{raw}.batch] done with job" in log.read_text(errors="replace"),
+             f"the first start of job {job} to end on the node", 120)
     time.sleep(2)  # past the second in which slurmd revoked the first start's credential
     scontrol(cluster, "update", f"jobid={job}", "StartTime=now")
 
@@ -125,12 +115,12 @@ def test_a_preempted_launcher_job_is_requeued_and_ends_bit_identical(cluster, tm
     sweep = subprocess.Popen(args, cwd=tmp_path, env=env_of(cluster, tmp_path), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
-        ckpt = wait_for(lambda: list(tmp_path.glob("logs/train/multiruns/*/0/checkpoints/last.ckpt")), 300,
-                        "the job's first checkpoint")
+        ckpt = wait_for(lambda: list(tmp_path.glob("logs/train/multiruns/*/0/checkpoints/last.ckpt")),
+                        "the job's first checkpoint", 300)
         (job,) = cluster.jobs()
         subprocess.run(["scancel", "--signal=USR2", job], env=cluster.env, check=True)  # SLURM's warning signal
         run_dir = ckpt[0].parents[1]
-        wait_for(lambda: (run_dir / "summary.json").exists(), 120, "the interrupted summary")
+        wait_for(lambda: (run_dir / "summary.json").exists(), "the interrupted summary", 120)
         assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
         start_requeued(cluster, job)
         out, err = sweep.communicate(timeout=600)
@@ -160,13 +150,13 @@ def test_the_readme_sbatch_script_as_written_is_requeued_and_ends_bit_identical(
     job = subprocess.run(["sbatch", "--parsable", "train.sbatch"], cwd=tmp_path, env=env_of(cluster, tmp_path),
                          capture_output=True, text=True, check=True).stdout.strip()
     run_dir = tmp_path / "logs" / "train" / "runs" / job
-    wait_for(lambda: (run_dir / "checkpoints" / "last.ckpt").exists(), 300, "the job's first checkpoint")
+    wait_for(lambda: (run_dir / "checkpoints" / "last.ckpt").exists(), "the job's first checkpoint", 300)
     subprocess.run(["scancel", "--batch", "--signal=USR1", job], env=cluster.env, check=True)  # --signal=B:USR1
-    wait_for(lambda: (run_dir / "summary.json").exists(), 120, "the interrupted summary")
+    wait_for(lambda: (run_dir / "summary.json").exists(), "the interrupted summary", 120)
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
     start_requeued(cluster, job)
-    wait_for(lambda: job_field(cluster, job, "JobState") in ("COMPLETED", "FAILED", "CANCELLED"), 600,
-             "the requeued job to end")
+    wait_for(lambda: job_field(cluster, job, "JobState") in ("COMPLETED", "FAILED", "CANCELLED"),
+             "the requeued job to end", 600)
     log = (tmp_path / f"mhalab-{job}.log").read_text()
     assert job_field(cluster, job, "JobState") == "COMPLETED", log[-3000:] + what_slurm_said(cluster, job)
     assert "resuming from" in log and "stopped by SIGUSR1" in log  # one log, appended to by both starts
