@@ -21,6 +21,7 @@ file that is already there and differs (one sentence, nothing written), so it ne
 from __future__ import annotations
 
 import argparse
+import fcntl
 import gzip
 import io
 import json
@@ -39,10 +40,24 @@ def logs_root() -> Path:
 
 
 def finished(job: Path) -> bool:
+    """The job's summary says "ok" and no process holds its lock (a job that has just written its summary may still
+    be writing its log)."""
     try:
-        return json.loads((job / "summary.json").read_text()).get("status") == "ok"
+        if json.loads((job / "summary.json").read_text()).get("status") != "ok":
+            return False
     except (OSError, ValueError):
         return False
+    try:
+        fd = os.open(job / ".lock", os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def files_under(folder: Path) -> list[Path]:

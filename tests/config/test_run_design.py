@@ -195,3 +195,26 @@ def test_a_stopped_runner_stops_its_stage_and_leaves_nothing_running(tmp_path, s
     assert summary["status"] == "interrupted" and summary["error"]["message"].startswith("stopped by SIGTERM")
     if sig == signal.SIGTERM:
         assert runner.returncode == 1 and "stopped by SIGTERM: the sweep's running jobs saved" in err, err[-2000:]
+
+
+@pytest.mark.proc
+def test_a_job_is_saved_only_once_its_process_has_let_go(tmp_path):
+    """design_runs.py keeps a job as finished when its summary says "ok" and no process holds its lock (a real
+    flock held by another process), so a job still writing its last lines is not archived half-written."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import design_runs
+
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "ok"}))
+    (tmp_path / ".lock").write_text("")
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1]); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+                               str(tmp_path / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert not design_runs.finished(tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert design_runs.finished(tmp_path)
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "interrupted"}))
+    assert not design_runs.finished(tmp_path)
