@@ -106,6 +106,18 @@ def save(experiment: str, to: Path) -> None:
     print(f"saved {len(jobs)} finished jobs of {experiment} under {to} ({new} new), and the design's state")
 
 
+def refused(info: tarfile.TarInfo, experiment: str) -> str | None:
+    """Why restore must not write this member, or None: it takes back only what `save` writes, so an archive from
+    elsewhere can place no code (the frozen copy is rebuilt from its commit), checkpoint or link."""
+    name = Path(info.name)
+    if name.is_absolute() or ".." in name.parts or name.parts[0] != experiment or not info.isfile():
+        return f"not a file under {experiment}/"
+    code = len(name.parts) > 2 and name.parts[1] == "design" and name.parts[2].startswith("code-")
+    if code or set(name.parts) & SKIPPED:
+        return "which save never writes (a checkpoint, a lock, wandb's files or the design's code)"
+    return None
+
+
 def restore(experiment: str, src: Path) -> None:
     archives = sorted(src.rglob("*.tar.gz"))
     if not (src / DESIGN).is_file():
@@ -114,11 +126,10 @@ def restore(experiment: str, src: Path) -> None:
     for archive in archives:
         with tarfile.open(archive, "r:gz") as tar:
             for info in tar.getmembers():
-                name = Path(info.name)
-                if name.is_absolute() or ".." in name.parts or name.parts[0] != experiment or not info.isfile():
-                    sys.exit(f"restore {experiment}: {archive} holds {info.name!r}, not a file under {experiment}/: "
-                             "refused, nothing written")
-                dest = root / name
+                why = refused(info, experiment)
+                if why:
+                    sys.exit(f"restore {experiment}: {archive} holds {info.name!r}, {why}: refused, nothing written")
+                dest = root / info.name
                 if dest.exists() and dest.read_bytes() != tar.extractfile(info).read():
                     sys.exit(f"restore {experiment}: {dest} is already there and differs from the saved one: move it "
                              "away first (restore never replaces a run's files); nothing written")

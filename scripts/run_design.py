@@ -29,6 +29,7 @@ import argparse
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -61,6 +62,9 @@ def frozen_code(dest: Path, state: dict) -> Path:
     state), the recorded one when it resumes, so every stage of a design runs the same code; refuses to start a
     design from a tree with uncommitted src/ changes."""
     if state.get("code"):  # resuming: the recorded copy, rebuilt from its commit when it is gone (another machine)
+        if not re.fullmatch(r"code-[0-9a-f]{12}", str(state["code"])):
+            sys.exit(f"{dest}/state.json names the design's code {state['code']!r}, not code-<12 hex digits of a "
+                     "commit>: refused")
         code = dest / state["code"]
         if not (code / "src" / "mhalab").is_dir():
             extract_src(state["code"].removeprefix("code-"), code)

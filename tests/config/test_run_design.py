@@ -1,5 +1,6 @@
 """scripts/run_design.py and the declared designs of issue 27 (src/mhalab/conf/experiment/*.yaml with design.*)."""
 
+import io
 import json
 import os
 import signal
@@ -218,3 +219,38 @@ def test_a_job_is_saved_only_once_its_process_has_let_go(tmp_path):
     assert design_runs.finished(tmp_path)
     (tmp_path / "summary.json").write_text(json.dumps({"status": "interrupted"}))
     assert not design_runs.finished(tmp_path)
+
+
+@pytest.mark.proc
+@pytest.mark.parametrize("member, kind", [("kv_lr_curve/design/code-0123456789ab/src/mhalab/__init__.py", "file"),
+                                          ("kv_lr_curve/multiruns/s/0/checkpoints/last.ckpt", "file"),
+                                          ("kv_lr_curve/../../evil.py", "file"), ("other/design/state.json", "file"),
+                                          ("kv_lr_curve/multiruns/s/0/summary.json", "symlink")])
+def test_restore_refuses_what_save_never_writes(tmp_path, member, kind):
+    """An archive handed over from elsewhere places no code, checkpoint, link or file outside its design: one
+    sentence, exit 1, nothing written (the real script on a crafted archive)."""
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    with tarfile.open(saved / "design.tar.gz", "w:gz") as tar:
+        for name, text in (("kv_lr_curve/design/state.json", b"{}"), (member, b"import os; os.system('touch pwned')")):
+            info = tarfile.TarInfo(name)
+            if kind == "symlink" and name == member:
+                info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+                tar.addfile(info)
+            else:
+                info.size = len(text)
+                tar.addfile(info, io.BytesIO(text))
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "design_runs.py"), "restore", "kv_lr_curve", "--to",
+                          str(saved)], env={**proc_env(), "MHALAB_ROOT": str(tmp_path / "root")}, cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert out.returncode == 1 and f"holds {member!r}" in out.stderr and "refused, nothing written" in out.stderr
+    assert not (tmp_path / "root").exists() and not list(tmp_path.rglob("evil.py"))
+
+
+def test_a_state_naming_other_code_is_refused(tmp_path):
+    """run_design.py runs only a frozen copy named code-<commit>: a state.json pointing elsewhere is refused."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import run_design
+
+    with pytest.raises(SystemExit, match="names the design's code '../../elsewhere'"):
+        run_design.frozen_code(tmp_path, {"code": "../../elsewhere"})
