@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -33,13 +34,14 @@ def train(args: list[str]) -> Path:
     SIGTERM (Linux), so no stage trains on unwatched."""
     print("$ mhalab train -m " + " ".join(args), flush=True)
     folder, stopped = None, []
+    parent = os.getpid()
     with subprocess.Popen([*MHALAB, "train", "-m", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, preexec_fn=_stop_with_parent) as proc:
+                          text=True, preexec_fn=lambda: _stop_with_parent(parent)) as proc:
         def forward(signum, frame):
             stopped.append(signum)
             proc.send_signal(signal.SIGTERM if signum == signal.SIGHUP else signum)
 
-        before = {s: signal.signal(s, forward) for s in STOPS}
+        before = {s: signal.signal(s, forward) for s in STOPS if signal.getsignal(s) is not signal.SIG_IGN}  # nohup
         try:
             for line in proc.stdout:
                 sys.stdout.write(line)
@@ -56,13 +58,15 @@ def train(args: list[str]) -> Path:
     return folder
 
 
-def _stop_with_parent() -> None:
-    """In the sweep's process, before it runs: SIGTERM when the process that started it dies (prctl
-    PR_SET_PDEATHSIG; Linux only, elsewhere nothing)."""
+def _stop_with_parent(parent: int) -> None:
+    """In the sweep's process, before it runs: SIGTERM when `parent`, the process that started it, dies (prctl
+    PR_SET_PDEATHSIG; Linux only, elsewhere nothing), also when it died before this call."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
-        pass
+        return
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def chosen_cells(dirs: list[Path]) -> list[tuple[list[str], list[str]]]:
