@@ -30,6 +30,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -62,9 +63,9 @@ def frozen_code(dest: Path, state: dict) -> Path:
     state), the recorded one when it resumes, so every stage of a design runs the same code; refuses to start a
     design from a tree with uncommitted src/ changes."""
     if state.get("code"):  # resuming: the recorded copy, rebuilt from its commit when it is gone (another machine)
-        if not re.fullmatch(r"code-[0-9a-f]{12}", str(state["code"])):
-            sys.exit(f"{dest}/state.json names the design's code {state['code']!r}, not code-<12 hex digits of a "
-                     "commit>: refused")
+        why = bad_state({"code": state["code"]}, "")
+        if why:
+            sys.exit(f"{dest}/state.json: {why}: refused")
         code = dest / state["code"]
         if not (code / "src" / "mhalab").is_dir():
             extract_src(state["code"].removeprefix("code-"), code)
@@ -83,16 +84,44 @@ def frozen_code(dest: Path, state: dict) -> Path:
 
 
 def extract_src(commit: str, code: Path) -> None:
-    """The committed src/ of `commit` (git archive) unpacked under code/."""
+    """The committed src/ of `commit` (git archive) unpacked under code/, whole or not at all."""
     tar = subprocess.run(["git", "-C", str(REPO), "archive", commit, "src"], capture_output=True)
     if tar.returncode != 0:
         sys.exit(f"this design's code is commit {commit}, which this checkout does not have: fetch it, or start anew")
-    tarfile.open(fileobj=io.BytesIO(tar.stdout)).extractall(code, filter="data")
+    tmp = code.with_name(code.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tarfile.open(fileobj=io.BytesIO(tar.stdout)).extractall(tmp, filter="data")
+    shutil.rmtree(code, ignore_errors=True)
+    tmp.rename(code)
 
 
 def root() -> Path:
     """The folder that holds logs/ (MHALAB_ROOT, or the current one)."""
     return Path(os.environ.get("MHALAB_ROOT", "."))
+
+
+def bad_state(state: dict, task: str) -> str | None:
+    """Why a design's state (read back, perhaps from another machine) must not be used, or None: its code is a
+    frozen copy's name and each stage's folder a sweep under logs/<task>/multiruns (relative, or absolute as an
+    older runner recorded it), so a state handed over cannot point the design at other code or other folders."""
+    if "code" in state and not re.fullmatch(r"code-[0-9a-f]{12}", str(state["code"])):
+        return f"it names the design's code {state['code']!r}, not code-<12 hex digits of a commit>"
+    for stratum, stages in state.items():
+        for name, stage in (stages.items() if isinstance(stages, dict) else []):
+            d = stage.get("dir") if isinstance(stage, dict) else None
+            if d is not None and sweep_part(str(d), task) is None:
+                return f"stage {stratum} {name} names the folder {d!r}, not a sweep under logs/{task}/multiruns"
+    return None
+
+
+def sweep_part(recorded: str, task: str) -> Path | None:
+    """logs/<task>/multiruns/<sweep> of a recorded stage folder, or None."""
+    parts = Path(recorded).parts
+    for i in range(len(parts) - 3, -1, -1):
+        if parts[i:i + 3] == ("logs", task, "multiruns") and (i == 0 or Path(recorded).is_absolute()):
+            rest = parts[i:]
+            return Path(*rest) if ".." not in rest and len(rest) == 4 else None
+    return None
 
 
 def relative(d: Path) -> Path:
@@ -160,7 +189,7 @@ def run_stratum(experiment: str, stratum: list[str], p: dict, numerics: list[str
     def stage(name: str, args: list[str], env: dict | None = None) -> Path:
         if name in done and done[name].get("dir"):
             print(f"[{key}] {name}: done, {done[name]['dir']}", flush=True)
-            return root() / done[name]["dir"]  # recorded relative to the root (absolute before 2026-11-26)
+            return root() / sweep_part(done[name]["dir"], p["task_name"])  # checked when the state was read
         resume = ["resume=true"] if done.get(name, {}).get("started") else []
         done[name] = {"started": True}
         save()
@@ -222,6 +251,9 @@ def main(argv: list[str]) -> None:
                      f"{', '.join(k for k in NUMERICS if k != 'default')}")
     state_file = base / "state.json"
     state = json.loads(state_file.read_text()) if state_file.exists() else {}
+    why = bad_state(state, p["task_name"])
+    if why:
+        sys.exit(f"{state_file}: {why}: refused")
 
     def save() -> None:
         tmp = state_file.with_suffix(".tmp")

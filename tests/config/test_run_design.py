@@ -123,6 +123,8 @@ def test_runner_runs_every_stage_with_its_numerics_and_resumes(tmp_path):
     (design / "state.json").write_text(json.dumps(full))
     saved_to, moved = tmp_path / "saved", tmp_path / "moved"
     keep = [sys.executable, str(REPO / "scripts" / "design_runs.py")]
+    for summary in tmp_path.glob("logs/smoke_design/multiruns/*/*/summary.json"):  # a minute on: the jobs settled
+        os.utime(summary, (summary.stat().st_atime, summary.stat().st_mtime - 60))
     saved = subprocess.run([*keep, "save", "smoke_design", "--to", str(saved_to)], env=env, cwd=tmp_path,
                            capture_output=True, text=True)
     assert saved.returncode == 0 and "saved 9 finished jobs" in saved.stdout, saved.stdout + saved.stderr
@@ -165,13 +167,9 @@ def test_reports_run_this_checkout_and_keep_carried_packages(monkeypatch):
     assert run_design.analysis_env()["PYTHONPATH"] == str(REPO / "src")
 
 
-@pytest.mark.proc
-@pytest.mark.slow  # a design's first job trained until it is stopped: about a minute on 2 shared cores
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_a_stopped_runner_stops_its_stage_and_leaves_nothing_running(tmp_path, sig):
-    """The runner stopped by a signal (passed on) or killed (the kernel's SIGTERM to the sweep, PR_SET_PDEATHSIG):
-    the stage's running job saves its checkpoint and an "interrupted" summary, and no process of the design is
-    left training unwatched; the same command resumes it."""
+def _long_design(tmp_path, preexec_fn=None):
+    """The smoke design with a first job that trains on until stopped, started in its own session; (runner, the
+    job's first checkpoint once written)."""
     conf = tmp_path / "conf" / "experiment"
     conf.mkdir(parents=True)
     (conf / "smoke_design.yaml").write_text(SMOKE)
@@ -180,18 +178,36 @@ def test_a_stopped_runner_stops_its_stage_and_leaves_nothing_running(tmp_path, s
            "--config-dir", str(tmp_path / "conf"), "--", "trainer.max_steps=100000", "endpoint.stop_at_threshold=false",
            "hydra.launcher.n_jobs=1"]
     runner = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True)
+                              start_new_session=True, preexec_fn=preexec_fn)
     try:
         (ckpt,) = wait_for(lambda: list(tmp_path.glob("logs/smoke_design/multiruns/*/0/checkpoints/last.ckpt")),
                            "the first job's checkpoint")
-        assert len(session(runner.pid)) >= 2  # the runner and its sweep
+    except AssertionError:
+        _end(runner)
+        raise
+    assert len(session(runner.pid)) >= 2  # the runner and its sweep
+    return runner, ckpt
+
+
+def _end(runner) -> None:
+    for pid in session(runner.pid):  # a failed check leaves nothing running
+        os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.proc
+@pytest.mark.slow  # a design's first job trained until it is stopped: about a minute on 2 shared cores
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_stopped_runner_stops_its_stage_and_leaves_nothing_running(tmp_path, sig):
+    """The runner stopped by a signal (passed on) or killed (the kernel's SIGTERM to the sweep, PR_SET_PDEATHSIG):
+    the stage's running job saves its checkpoint and an "interrupted" summary, and no process of the design is
+    left training unwatched; the same command resumes it."""
+    runner, ckpt = _long_design(tmp_path)
+    try:
         os.kill(runner.pid, sig)
         out, err = runner.communicate(timeout=120)
-        left = wait_for(lambda: not session(runner.pid) or None, "every process of the design to end", timeout=60)
-        assert left
+        assert wait_for(lambda: not session(runner.pid) or None, "every process of the design to end", timeout=60)
     finally:
-        for pid in session(runner.pid):  # a failed check leaves nothing running
-            os.kill(pid, signal.SIGKILL)
+        _end(runner)
     summary = json.loads((ckpt.parents[1] / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["error"]["message"].startswith("stopped by SIGTERM")
     if sig == signal.SIGTERM:
@@ -199,36 +215,51 @@ def test_a_stopped_runner_stops_its_stage_and_leaves_nothing_running(tmp_path, s
 
 
 @pytest.mark.proc
-def test_a_job_is_saved_only_once_its_process_has_let_go(tmp_path):
-    """design_runs.py keeps a job as finished when its summary says "ok" and no process holds its lock (a real
-    flock held by another process), so a job still writing its last lines is not archived half-written."""
+@pytest.mark.slow  # as above
+def test_a_runner_under_nohup_goes_on_when_its_terminal_hangs_up(tmp_path):
+    """A runner started with SIGHUP ignored (nohup, as each design's README starts it) keeps it ignored: a hang-up
+    stops nothing; SIGTERM still does."""
+    runner, ckpt = _long_design(tmp_path, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        os.kill(runner.pid, signal.SIGHUP)
+        before = ckpt.stat().st_mtime
+        wait_for(lambda: ckpt.stat().st_mtime > before, "the job to save a later checkpoint after the hang-up")
+        assert runner.poll() is None and not (ckpt.parents[1] / "summary.json").exists()
+        os.kill(runner.pid, signal.SIGTERM)
+        runner.communicate(timeout=120)
+    finally:
+        _end(runner)
+    assert json.loads((ckpt.parents[1] / "summary.json").read_text())["status"] == "interrupted"
+
+
+def test_a_job_is_saved_once_it_has_settled(tmp_path):
+    """design_runs.py keeps a job as finished when its summary says "ok" and was written a minute ago or more (its
+    process has written its last lines by then), so a job still finishing is not archived short."""
     sys.path.insert(0, str(REPO / "scripts"))
     import design_runs
 
-    (tmp_path / "summary.json").write_text(json.dumps({"status": "ok"}))
-    (tmp_path / ".lock").write_text("")
-    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1]); "
-                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
-                               str(tmp_path / ".lock")], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        assert not design_runs.finished(tmp_path)
-    finally:
-        holder.kill()
-        holder.wait()
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"status": "ok"}))
+    assert not design_runs.finished(tmp_path)
+    os.utime(summary, (summary.stat().st_atime, summary.stat().st_mtime - design_runs.SETTLED_S))
     assert design_runs.finished(tmp_path)
-    (tmp_path / "summary.json").write_text(json.dumps({"status": "interrupted"}))
+    summary.write_text(json.dumps({"status": "interrupted"}))
+    os.utime(summary, (summary.stat().st_atime, summary.stat().st_mtime - design_runs.SETTLED_S))
     assert not design_runs.finished(tmp_path)
 
 
 @pytest.mark.proc
 @pytest.mark.parametrize("member, kind", [("kv_lr_curve/design/code-0123456789ab/src/mhalab/__init__.py", "file"),
                                           ("kv_lr_curve/multiruns/s/0/checkpoints/last.ckpt", "file"),
+                                          ("kv_lr_curve/Design/code-0123456789ab/src/mhalab/__init__.py", "file"),
+                                          ("kv_lr_curve/multiruns/s/0/Checkpoints/last.ckpt", "file"),
                                           ("kv_lr_curve/../../evil.py", "file"), ("other/design/state.json", "file"),
+                                          ("kv_lr_curve/elsewhere/evil.py", "file"), ("kv_lr_curve", "file"),
                                           ("kv_lr_curve/multiruns/s/0/summary.json", "symlink")])
 def test_restore_refuses_what_save_never_writes(tmp_path, member, kind):
-    """An archive handed over from elsewhere places no code, checkpoint, link or file outside its design: one
-    sentence, exit 1, nothing written (the real script on a crafted archive)."""
+    """An archive handed over from elsewhere places no code, checkpoint, link or file outside its design (names
+    compared case-blind, as a case-blind file system would merge them): one sentence, exit 1, nothing written (the
+    real script on a crafted archive)."""
     saved = tmp_path / "saved"
     saved.mkdir()
     with tarfile.open(saved / "design.tar.gz", "w:gz") as tar:
@@ -254,3 +285,37 @@ def test_a_state_naming_other_code_is_refused(tmp_path):
 
     with pytest.raises(SystemExit, match="names the design's code '../../elsewhere'"):
         run_design.frozen_code(tmp_path, {"code": "../../elsewhere"})
+
+
+@pytest.mark.proc
+@pytest.mark.parametrize("state, why", [({"code": "../../elsewhere"}, "names the design's code '../../elsewhere'"),
+                                        ({"-": {"A": {"dir": "/home/user/anything"}}}, "names the folder"),
+                                        ({"-": {"A": {"dir": "logs/kv_lr_curve/multiruns/../../../x"}}},
+                                         "names the folder")])
+def test_restore_refuses_a_state_that_points_elsewhere(tmp_path, state, why):
+    """A saved state naming other code or a stage folder outside logs/<design>/multiruns is refused before
+    anything is written (run_design.py would run that code, or write reports there)."""
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    with tarfile.open(saved / "design.tar.gz", "w:gz") as tar:
+        data = json.dumps(state).encode()
+        info = tarfile.TarInfo("kv_lr_curve/design/state.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "design_runs.py"), "restore", "kv_lr_curve", "--to",
+                          str(saved)], env={**proc_env(), "MHALAB_ROOT": str(tmp_path / "root")}, cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert out.returncode == 1 and why in out.stderr and "refused, nothing written" in out.stderr, out.stderr
+    assert not (tmp_path / "root").exists()
+
+
+def test_a_state_recorded_by_an_older_runner_resumes_under_another_root():
+    """Stage folders recorded absolute (runners before 2026-11-26) are found under this root's logs/<task>."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import run_design
+
+    recorded = "/work/main/logs/kv_lr_curve/multiruns/2026-11-26_16-03-52_1"
+    assert run_design.bad_state({"-": {"A": {"started": True, "dir": recorded}}}, "kv_lr_curve") is None
+    assert run_design.sweep_part(recorded, "kv_lr_curve") == Path("logs/kv_lr_curve/multiruns/2026-11-26_16-03-52_1")
+    assert run_design.sweep_part("logs/kv_lr_curve/multiruns/x", "kv_lr_curve") == Path("logs/kv_lr_curve/multiruns/x")
+    assert run_design.sweep_part("other/logs/kv_lr_curve/multiruns/x", "kv_lr_curve") is None
