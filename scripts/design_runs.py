@@ -6,14 +6,15 @@
 A design (scripts/run_design.py) costs tens of CPU-hours and a session's machine keeps nothing under logs/. `save`
 packs what the design needs to resume and what its reports read, never a checkpoint, a lock or the frozen code
 (rebuilt from its commit by run_design.py):
-- each job that finished (summary.json status "ok", written a minute ago or more: its process has written its last
-  lines) into runs/<sweep>/<job>.tar.gz: its .hydra/, metrics, head statistics, summary and log. The archive is
+- each job that has finished into runs/<sweep>/<job>.tar.gz: its .hydra/, metrics, head statistics, summary and log.
+  Finished: its summary says "ok" and was written a minute ago or more (its process has written its last lines), or
+  it has a summary ("failed" too) in a sweep the state records as ended, or it was archived before. The archive is
   written once (what a later resume appends to the job's log is left out), so a later save adds only the new jobs'
   and git stores each once;
-- the rest into runs/design.tar.gz: the design's state (the frozen code's commit, the stages done; read before the
-  jobs are judged, so it is never ahead of them), every sweep's own files, the reports, and of each job that has not
-  finished its .hydra/ only (the config that names it in its sweep): resumed, such a job trains again from step 0, as
-  a job killed before its first checkpoint does.
+- the rest of logs/EXPERIMENT/design and logs/EXPERIMENT/multiruns into runs/design.tar.gz: the design's state (the
+  frozen code's commit, the stages done; read before the jobs are judged, so it is never ahead of them), every
+  sweep's own files, the reports, and of each job that has not finished its .hydra/ only (the config that names it
+  in its sweep): resumed, such a job trains again from step 0, as a job killed before its first checkpoint does.
 Archives are byte-identical when the files are (sorted members, no time stamps, owners or modes of the machine).
 
 `restore` unpacks them under logs/ (MHALAB_ROOT/logs when set) before `run_design.py EXPERIMENT` resumes. It takes back
@@ -32,6 +33,8 @@ import os
 import sys
 import tarfile
 import time
+import unicodedata
+import zlib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,15 +63,12 @@ def finished(job: Path) -> bool:
 
 
 def files_under(folder: Path) -> list[Path]:
-    """Every file to keep below folder, sorted; a job that has not finished gives its .hydra/ only."""
+    """Every file below folder, sorted, but checkpoints, locks, wandb's files, links and unfinished writes."""
     keep: list[Path] = []
     for p in sorted(folder.iterdir()):
-        if p.name in SKIPPED or p.name.startswith("code-") or p.is_symlink():
+        if p.name.casefold() in SKIPPED or p.is_symlink() or p.suffix in (".tmp", ".restoring", ".partial"):
             continue
-        if p.is_dir():
-            keep += files_under(p / ".hydra") if (p / ".hydra").is_dir() and not finished(p) else files_under(p)
-        elif p.is_file() and p.suffix != ".tmp":
-            keep.append(p)
+        keep += files_under(p) if p.is_dir() else [p] if p.is_file() else []
     return keep
 
 
@@ -98,34 +98,63 @@ def save(experiment: str, to: Path) -> None:
     state = task_dir / "design" / "state.json"
     if not state.is_file():
         sys.exit(f"save {experiment}: {state} is missing: no design of that name ran here")
-    state_bytes = state.read_bytes()  # first: the state saved is never newer than the jobs judged finished below
-    everything = files_under(task_dir)
-    jobs = sorted({f.parent for f in everything if f.name == "summary.json" and (f.parent / ".hydra").is_dir()})
+    state_bytes = state.read_bytes()  # first: the state saved is never ahead of the jobs judged below
+    recorded = json.loads(state_bytes)
+    why = run_design.bad_state(recorded, experiment)
+    if why:
+        sys.exit(f"save {experiment}: {state}: {why}")
+    done = {logs_root().parent / run_design.sweep_part(stage["dir"], experiment)  # sweeps that have ended
+            for stages in recorded.values() if isinstance(stages, dict)
+            for stage in stages.values() if isinstance(stage, dict) and stage.get("dir")}
+    rest = [f for f in files_under(task_dir / "design") if not f.relative_to(task_dir / "design").parts[0].startswith(
+        "code-")]
+    jobs, new = 0, 0
+    for sweep in sorted(d for d in (task_dir / "multiruns").glob("*") if d.is_dir()):
+        rest += [f for f in sorted(sweep.iterdir()) if f.is_file() and not f.is_symlink()]
+        for job in sorted(d for d in sweep.iterdir() if (d / ".hydra").is_dir() and not d.is_symlink()):
+            out = to / job.relative_to(task_dir).parent / f"{job.name}.tar.gz"
+            # final: archived before, settled "ok", or any job with a summary in a sweep that has ended ("failed" too)
+            if out.exists() or finished(job) or (sweep in done and (job / "summary.json").is_file()):
+                jobs += 1
+                if not out.exists():  # written once: what a later resume appends to the job's log is left out
+                    new += pack(named(files_under(job), task_dir, experiment), out)
+            else:  # not finished: its config only, which names it in its sweep
+                rest += files_under(job / ".hydra")
+    pack(named(rest, task_dir, experiment, {state: state_bytes}), to / DESIGN)
+    print(f"saved {jobs} finished jobs of {experiment} under {to} ({new} new), and the design's state")
 
-    def named(files: list[Path]) -> list[tuple[str, bytes]]:
-        return [(str(f.relative_to(task_dir.parent)), state_bytes if f == state else f.read_bytes()) for f in files]
 
-    new = 0
-    for job in jobs:  # a finished job's archive is written once: a later resume appends to its log, which is noise
-        out = to / job.relative_to(task_dir).parent / f"{job.name}.tar.gz"
-        if not out.exists():
-            new += pack(named([f for f in everything if f.is_relative_to(job)]), out)
-    pack(named([f for f in everything if not any(f.is_relative_to(j) for j in jobs)]), to / DESIGN)
-    print(f"saved {len(jobs)} finished jobs of {experiment} under {to} ({new} new), and the design's state")
+def named(files: list[Path], task_dir: Path, experiment: str, read: dict | None = None) -> list[tuple[str, bytes]]:
+    """(archive name, content) of each file; a name restore would refuse is a bug here, stopped before writing."""
+    out = []
+    for f in files:
+        name = str(f.relative_to(task_dir.parent))
+        why = refused(name, experiment)
+        if why:
+            sys.exit(f"save {experiment}: {name} would be archived, yet restore refuses it ({why}): nothing written")
+        out.append((name, read[f] if read and f in read else f.read_bytes()))
+    return out
 
 
 def refused(name: str, experiment: str) -> str | None:
     """Why restore must not write a member of this name, or None: it takes back only what `save` writes (the
-    design's files and its sweeps' under <experiment>/design and <experiment>/multiruns), so an archive from
-    elsewhere can place no code (the frozen copy is rebuilt from its commit), checkpoint, lock or file outside the
-    design; names are compared case-blind where a case-blind file system would merge them."""
+    design's files and its sweeps' under <experiment>/design and <experiment>/multiruns, names written plainly), so
+    an archive from elsewhere can place no code (the frozen copy is rebuilt from its commit), checkpoint, lock or file
+    outside the design; names are compared case-blind where a case-blind file system would merge them."""
     parts = Path(name).parts
-    if Path(name).is_absolute() or ".." in parts or len(parts) < 3 or parts[0] != experiment or parts[1] not in (
-            "design", "multiruns"):
-        return f"not a file under {experiment}/design or {experiment}/multiruns"
+    if (name != "/".join(parts) or Path(name).is_absolute() or ".." in parts or len(parts) < 3
+            or parts[0] != experiment or parts[1] not in ("design", "multiruns")):
+        return f"not a plainly named file under {experiment}/design or {experiment}/multiruns"
+    if any(len(p.encode()) > 200 for p in parts):
+        return "a name part longer than 200 bytes"
     if {p.casefold() for p in parts} & SKIPPED or (parts[1] == "design" and parts[2].casefold().startswith("code-")):
         return "which save never writes (a checkpoint, a lock, wandb's files or the design's code)"
     return None
+
+
+def key(name: str) -> str:
+    """A name as a case-blind, Unicode-normalising file system (macOS, Windows) sees it."""
+    return unicodedata.normalize("NFC", name).casefold()
 
 
 def read_archives(archives: list[Path], experiment: str) -> dict[Path, dict[str, bytes]]:
@@ -133,24 +162,28 @@ def read_archives(archives: list[Path], experiment: str) -> dict[Path, dict[str,
     out, seen, total = {}, {}, 0
     for archive in archives:
         files = out[archive] = {}
-        with tarfile.open(archive, "r:gz") as tar:
-            for info in tar:
-                why = refused(info.name, experiment) or (None if info.isfile() else "not a plain file")
-                total += info.size
-                if why is None and total > MAX_BYTES:
-                    why = f"past {MAX_BYTES:,} bytes in all"
-                if why is None and info.name in seen:
-                    why = f"also in {seen[info.name]}"
-                if why:
-                    sys.exit(f"restore {experiment}: {archive} holds {info.name!r}, {why}: refused, nothing written")
-                seen[info.name] = archive
-                files[info.name] = tar.extractfile(info).read()
-    names = set(seen)
-    for name in names:  # a file that is also another member's folder
-        for parent in Path(name).parents:
-            if str(parent) in names:
-                sys.exit(f"restore {experiment}: {seen[name]} holds {name!r} inside {str(parent)!r}, a file of "
-                         f"{seen[str(parent)]}: refused, nothing written")
+        try:
+            with tarfile.open(archive, "r:gz") as tar:
+                for info in tar:
+                    why = refused(info.name, experiment) or (None if info.isfile() else "not a plain file")
+                    total += info.size
+                    if why is None and total > MAX_BYTES:
+                        why = f"past {MAX_BYTES:,} bytes in all"
+                    if why is None and key(info.name) in seen:
+                        why = f"also in {seen[key(info.name)][0]}"
+                    if why:
+                        sys.exit(f"restore {experiment}: {archive} holds {info.name!r}, {why}: refused, nothing "
+                                 "written")
+                    seen[key(info.name)] = (archive, info.name)
+                    files[info.name] = tar.extractfile(info).read()
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+            sys.exit(f"restore {experiment}: {archive} cannot be read ({type(e).__name__}: {e}): refused, nothing "
+                     "written")
+    for k, (archive, name) in seen.items():  # a file that is also another member's folder
+        for parent in Path(k).parents:
+            if str(parent) in seen:
+                sys.exit(f"restore {experiment}: {archive} holds {name!r} inside {seen[str(parent)][1]!r}, a file of "
+                         f"{seen[str(parent)][0]}: refused, nothing written")
     return out
 
 
@@ -181,11 +214,18 @@ def restore(experiment: str, src: Path) -> None:
                          "away first (restore never replaces a run's files); nothing written")
             if not dest.exists():
                 todo.append((dest, data))
-    for dest, data in todo:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(dest.name + ".restoring")
-        tmp.write_bytes(data)
-        tmp.replace(dest)
+    written: list[Path] = []
+    try:
+        for dest, data in todo:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dest.with_name(dest.name + ".restoring")
+            tmp.write_bytes(data)
+            tmp.replace(dest)
+            written.append(dest)
+    except OSError as e:  # a full disk, say: what this restore wrote is taken back
+        for f in [*written, *(d.with_name(d.name + ".restoring") for d, _ in todo)]:
+            f.unlink(missing_ok=True)
+        sys.exit(f"restore {experiment}: writing under {root} failed ({e}); what this restore wrote is removed again")
     print(f"restored {len(archives) - 1} finished jobs of {experiment} under {root / experiment} ({len(todo)} files "
           f"written); resume with `python scripts/run_design.py {experiment}`")
 

@@ -84,10 +84,16 @@ def frozen_code(dest: Path, state: dict) -> Path:
 
 
 def extract_src(commit: str, code: Path) -> None:
-    """The committed src/ of `commit` (git archive) unpacked under code/, whole or not at all."""
-    tar = subprocess.run(["git", "-C", str(REPO), "archive", commit, "src"], capture_output=True)
-    if tar.returncode != 0:
-        sys.exit(f"this design's code is commit {commit}, which this checkout does not have: fetch it, or start anew")
+    """The committed src/ of `commit` (git archive) unpacked under code/, whole or not at all. The commit must be in
+    this checkout's history (HEAD or before it): a state handed over names no other code."""
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True)
+
+    full = git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}").stdout.decode().strip()
+    if not full.startswith(commit) or git("merge-base", "--is-ancestor", full, "HEAD").returncode != 0:
+        sys.exit(f"this design's code is commit {commit}, which is not in this checkout's history (HEAD or before): "
+                 "check out a branch that holds it, or start anew")
+    tar = git("archive", full, "src")
     tmp = code.with_name(code.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tarfile.open(fileobj=io.BytesIO(tar.stdout)).extractall(tmp, filter="data")
@@ -104,6 +110,8 @@ def bad_state(state: dict, task: str) -> str | None:
     """Why a design's state (read back, perhaps from another machine) must not be used, or None: its code is a
     frozen copy's name and each stage's folder a sweep under logs/<task>/multiruns (relative, or absolute as an
     older runner recorded it), so a state handed over cannot point the design at other code or other folders."""
+    if not isinstance(state, dict) or not all(isinstance(v, (dict, str)) for v in state.values()):
+        return "it is not a design's state (a JSON object of stages)"
     if "code" in state and not re.fullmatch(r"code-[0-9a-f]{12}", str(state["code"])):
         return f"it names the design's code {state['code']!r}, not code-<12 hex digits of a commit>"
     for stratum, stages in state.items():

@@ -216,6 +216,23 @@ def test_a_stopped_runner_stops_its_stage_and_leaves_nothing_running(tmp_path, s
 
 @pytest.mark.proc
 @pytest.mark.slow  # as above
+def test_a_closing_terminal_stops_the_stage_cleanly(tmp_path):
+    """A hang-up to the whole process group (a terminal closing, no nohup): the sweep ignores it and the runner passes
+    it on as SIGTERM, so the job saves its checkpoint and an "interrupted" summary and nothing is left running."""
+    runner, ckpt = _long_design(tmp_path)
+    try:
+        os.killpg(runner.pid, signal.SIGHUP)  # its own session: the group is the runner's and its sweep's
+        out, err = runner.communicate(timeout=120)
+        assert wait_for(lambda: not session(runner.pid) or None, "every process of the design to end", timeout=60)
+    finally:
+        _end(runner)
+    summary = json.loads((ckpt.parents[1] / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["error"]["message"].startswith("stopped by SIGTERM"), summary
+    assert "stopped by SIGHUP: the sweep's running jobs saved" in err
+
+
+@pytest.mark.proc
+@pytest.mark.slow  # as above
 def test_a_runner_under_nohup_goes_on_when_its_terminal_hangs_up(tmp_path):
     """A runner started with SIGHUP ignored (nohup, as each design's README starts it) keeps it ignored: a hang-up
     stops nothing; SIGTERM still does."""
@@ -319,3 +336,108 @@ def test_a_state_recorded_by_an_older_runner_resumes_under_another_root():
     assert run_design.sweep_part(recorded, "kv_lr_curve") == Path("logs/kv_lr_curve/multiruns/2026-11-26_16-03-52_1")
     assert run_design.sweep_part("logs/kv_lr_curve/multiruns/x", "kv_lr_curve") == Path("logs/kv_lr_curve/multiruns/x")
     assert run_design.sweep_part("other/logs/kv_lr_curve/multiruns/x", "kv_lr_curve") is None
+
+
+def _design_tree(root: Path, state: dict, jobs: dict[str, str | None]) -> Path:
+    """logs/exp under root: the state, and sweep s1's jobs {number: summary status or None (no summary yet)}."""
+    exp = root / "logs" / "exp"
+    (exp / "design").mkdir(parents=True)
+    (exp / "design" / "state.json").write_text(json.dumps(state))
+    for num, status in jobs.items():
+        (exp / "multiruns" / "s1" / num / ".hydra").mkdir(parents=True)
+        (exp / "multiruns" / "s1" / num / ".hydra" / "config.yaml").write_text(f"seed: {num}\n")
+        (exp / "multiruns" / "s1" / num / "train.log").write_text("training\n")
+        if status:
+            (exp / "multiruns" / "s1" / num / "summary.json").write_text(json.dumps({"status": status}))
+    (exp / "multiruns" / "s1" / "multirun.yaml").write_text("sweep: s1\n")
+    return exp
+
+
+def _members(archive: Path) -> list[str]:
+    with tarfile.open(archive) as tar:
+        return tar.getnames()
+
+
+def test_a_stage_recorded_done_keeps_all_its_jobs_whatever_their_age_or_status(tmp_path, monkeypatch):
+    """The state says stage A's sweep has ended: its jobs are final at once, a "failed" one too (the resumed design
+    skips that stage, so a job kept as its config only would be lost); a later save of the restored set is the same
+    bytes, and a single run's folder (logs/exp/runs) is not part of the design."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import design_runs
+
+    monkeypatch.setenv("MHALAB_ROOT", str(tmp_path / "a"))
+    exp = _design_tree(tmp_path / "a", {"-": {"A": {"started": True, "dir": "logs/exp/multiruns/s1"}}},
+                       {"0": "ok", "1": "failed"})
+    (exp / "runs" / "r1" / ".hydra").mkdir(parents=True)
+    (exp / "runs" / "r1" / ".hydra" / "config.yaml").write_text("single run\n")
+    saved = tmp_path / "saved"
+    design_runs.save("exp", saved)
+    assert sorted(p.name for p in (saved / "multiruns" / "s1").iterdir()) == ["0.tar.gz", "1.tar.gz"]
+    assert "exp/multiruns/s1/1/summary.json" in _members(saved / "multiruns" / "s1" / "1.tar.gz")
+    assert sorted(_members(saved / "design.tar.gz")) == ["exp/design/state.json", "exp/multiruns/s1/multirun.yaml"]
+    before = {p: p.read_bytes() for p in saved.rglob("*.tar.gz")}
+    monkeypatch.setenv("MHALAB_ROOT", str(tmp_path / "b"))
+    design_runs.restore("exp", saved)
+    design_runs.save("exp", saved)  # at once: the restored summaries are seconds old
+    assert {p: p.read_bytes() for p in saved.rglob("*.tar.gz")} == before
+
+
+def test_a_running_stage_keeps_an_unsettled_job_as_its_config_only(tmp_path, monkeypatch):
+    """A stage still running: a job whose summary is seconds old, or that has none, is kept as its config only
+    (resumed, it trains again), and nothing else of it is archived."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import design_runs
+
+    monkeypatch.setenv("MHALAB_ROOT", str(tmp_path))
+    _design_tree(tmp_path, {"-": {"A": {"started": True}}}, {"0": "ok", "1": None})
+    design_runs.save("exp", tmp_path / "saved")  # job 0's summary was written just now: not settled yet
+    assert not (tmp_path / "saved" / "multiruns").exists()
+    assert sorted(_members(tmp_path / "saved" / "design.tar.gz")) == [
+        "exp/design/state.json", "exp/multiruns/s1/0/.hydra/config.yaml", "exp/multiruns/s1/1/.hydra/config.yaml",
+        "exp/multiruns/s1/multirun.yaml"]
+
+
+@pytest.mark.proc
+@pytest.mark.parametrize("members, why", [
+    ([("kv_lr_curve/design/./state.json", b"{}")], "not a plainly named file"),
+    ([("kv_lr_curve/multiruns/s//0", b"x")], "not a plainly named file"),
+    ([("kv_lr_curve/multiruns/s/" + "x" * 230, b"x")], "longer than 200 bytes"),
+    ([("kv_lr_curve/design/State.json", b'{"code": "../x"}')], "also in"),
+    ([("kv_lr_curve/multiruns/s/0", b"x"), ("kv_lr_curve/multiruns/s/0/summary.json", b"{}")], "inside"),
+    (None, "cannot be read"),
+])
+def test_restore_refuses_names_that_a_file_system_would_merge(tmp_path, members, why):
+    """Names written other than plainly, or that a case-blind file system would merge with another, or a file that
+    is also a folder, or an archive that cannot be read: one sentence, nothing written."""
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    if members is None:
+        (saved / "design.tar.gz").write_bytes(b"\x1f\x8b not a gzip stream")
+    else:
+        with tarfile.open(saved / "design.tar.gz", "w:gz") as tar:
+            for name, data in [("kv_lr_curve/design/state.json", b"{}"), *members]:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "design_runs.py"), "restore", "kv_lr_curve", "--to",
+                          str(saved)], env={**proc_env(), "MHALAB_ROOT": str(tmp_path / "root")}, cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert out.returncode == 1 and why in out.stderr and "nothing written" in out.stderr, out.stderr
+    assert not (tmp_path / "root").exists()
+
+
+def test_a_design_runs_only_code_of_this_checkouts_history(tmp_path):
+    """The frozen copy is rebuilt only from a commit of HEAD's history: another object, or a name that is not a
+    commit, is refused in one sentence."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import run_design
+
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    tree = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD^{tree}"], capture_output=True,
+                          text=True).stdout.strip()
+    for bad in (tree[:12], "0" * 12):
+        with pytest.raises(SystemExit, match="not in this checkout's history"):
+            run_design.extract_src(bad, tmp_path / f"code-{bad}")
+    run_design.extract_src(head[:12], tmp_path / "code-head")
+    assert (tmp_path / "code-head" / "src" / "mhalab" / "__init__.py").is_file()
+    assert not list(tmp_path.glob("*.partial"))
