@@ -34,14 +34,14 @@ def train(args: list[str]) -> Path:
     SIGTERM (Linux), so no stage trains on unwatched."""
     print("$ mhalab train -m " + " ".join(args), flush=True)
     folder, stopped = None, []
-    parent = os.getpid()
+    parent, passed = os.getpid(), [s for s in STOPS if signal.getsignal(s) is not signal.SIG_IGN]  # nohup: not HUP
     with subprocess.Popen([*MHALAB, "train", "-m", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, preexec_fn=lambda: _stop_with_parent(parent)) as proc:
         def forward(signum, frame):
             stopped.append(signum)
             proc.send_signal(signal.SIGTERM if signum == signal.SIGHUP else signum)
 
-        before = {s: signal.signal(s, forward) for s in STOPS if signal.getsignal(s) is not signal.SIG_IGN}  # nohup
+        before = {s: signal.signal(s, forward) for s in passed}
         try:
             for line in proc.stdout:
                 sys.stdout.write(line)
@@ -59,8 +59,11 @@ def train(args: list[str]) -> Path:
 
 
 def _stop_with_parent(parent: int) -> None:
-    """In the sweep's process, before it runs: SIGTERM when `parent`, the process that started it, dies (prctl
-    PR_SET_PDEATHSIG; Linux only, elsewhere nothing), also when it died before this call."""
+    """In the sweep's process, before it runs: a hang-up is ignored (mhalab has no stop handler for it; the runner
+    passes a hang-up on as SIGTERM, which stops the sweep cleanly, also when a closing terminal signals the whole
+    group), and SIGTERM comes when `parent`, the process that started it, dies (prctl PR_SET_PDEATHSIG; Linux only),
+    also when it died before this call."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
