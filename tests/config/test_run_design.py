@@ -265,6 +265,29 @@ def test_a_job_is_saved_once_it_has_settled(tmp_path):
     assert not design_runs.finished(tmp_path)
 
 
+def _restore_crafted(tmp_path, members: list[tuple[str, bytes | None]] | None, state: bytes = b"{}"):
+    """The real `design_runs.py restore` on a crafted design.tar.gz: its state, then `members` ((name, content), or
+    (name, None) for a link to /etc/passwd); None: bytes that are no archive. Its CompletedProcess; the restore root
+    is tmp_path/root."""
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    if members is None:
+        (saved / "design.tar.gz").write_bytes(b"\x1f\x8b not a gzip stream")
+    else:
+        with tarfile.open(saved / "design.tar.gz", "w:gz") as tar:
+            for name, data in [("kv_lr_curve/design/state.json", state), *members]:
+                info = tarfile.TarInfo(name)
+                if data is None:
+                    info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+                    tar.addfile(info)
+                else:
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "design_runs.py"), "restore", "kv_lr_curve", "--to",
+                           str(saved)], env={**proc_env(), "MHALAB_ROOT": str(tmp_path / "root")}, cwd=tmp_path,
+                          capture_output=True, text=True)
+
+
 @pytest.mark.proc
 @pytest.mark.parametrize("member, kind", [("kv_lr_curve/design/code-0123456789ab/src/mhalab/__init__.py", "file"),
                                           ("kv_lr_curve/multiruns/s/0/checkpoints/last.ckpt", "file"),
@@ -277,20 +300,7 @@ def test_restore_refuses_what_save_never_writes(tmp_path, member, kind):
     """An archive handed over from elsewhere places no code, checkpoint, link or file outside its design (names
     compared case-blind, as a case-blind file system would merge them): one sentence, exit 1, nothing written (the
     real script on a crafted archive)."""
-    saved = tmp_path / "saved"
-    saved.mkdir()
-    with tarfile.open(saved / "design.tar.gz", "w:gz") as tar:
-        for name, text in (("kv_lr_curve/design/state.json", b"{}"), (member, b"import os; os.system('touch pwned')")):
-            info = tarfile.TarInfo(name)
-            if kind == "symlink" and name == member:
-                info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
-                tar.addfile(info)
-            else:
-                info.size = len(text)
-                tar.addfile(info, io.BytesIO(text))
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / "design_runs.py"), "restore", "kv_lr_curve", "--to",
-                          str(saved)], env={**proc_env(), "MHALAB_ROOT": str(tmp_path / "root")}, cwd=tmp_path,
-                         capture_output=True, text=True)
+    out = _restore_crafted(tmp_path, [(member, None if kind == "symlink" else b"import os; os.system('touch pwned')")])
     assert out.returncode == 1 and f"holds {member!r}" in out.stderr and "refused, nothing written" in out.stderr
     assert not (tmp_path / "root").exists() and not list(tmp_path.rglob("evil.py"))
 
@@ -312,16 +322,7 @@ def test_a_state_naming_other_code_is_refused(tmp_path):
 def test_restore_refuses_a_state_that_points_elsewhere(tmp_path, state, why):
     """A saved state naming other code or a stage folder outside logs/<design>/multiruns is refused before
     anything is written (run_design.py would run that code, or write reports there)."""
-    saved = tmp_path / "saved"
-    saved.mkdir()
-    with tarfile.open(saved / "design.tar.gz", "w:gz") as tar:
-        data = json.dumps(state).encode()
-        info = tarfile.TarInfo("kv_lr_curve/design/state.json")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / "design_runs.py"), "restore", "kv_lr_curve", "--to",
-                          str(saved)], env={**proc_env(), "MHALAB_ROOT": str(tmp_path / "root")}, cwd=tmp_path,
-                         capture_output=True, text=True)
+    out = _restore_crafted(tmp_path, [], state=json.dumps(state).encode())
     assert out.returncode == 1 and why in out.stderr and "refused, nothing written" in out.stderr, out.stderr
     assert not (tmp_path / "root").exists()
 
@@ -409,19 +410,7 @@ def test_a_running_stage_keeps_an_unsettled_job_as_its_config_only(tmp_path, mon
 def test_restore_refuses_names_that_a_file_system_would_merge(tmp_path, members, why):
     """Names written other than plainly, or that a case-blind file system would merge with another, or a file that
     is also a folder, or an archive that cannot be read: one sentence, nothing written."""
-    saved = tmp_path / "saved"
-    saved.mkdir()
-    if members is None:
-        (saved / "design.tar.gz").write_bytes(b"\x1f\x8b not a gzip stream")
-    else:
-        with tarfile.open(saved / "design.tar.gz", "w:gz") as tar:
-            for name, data in [("kv_lr_curve/design/state.json", b"{}"), *members]:
-                info = tarfile.TarInfo(name)
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / "design_runs.py"), "restore", "kv_lr_curve", "--to",
-                          str(saved)], env={**proc_env(), "MHALAB_ROOT": str(tmp_path / "root")}, cwd=tmp_path,
-                         capture_output=True, text=True)
+    out = _restore_crafted(tmp_path, members)
     assert out.returncode == 1 and why in out.stderr and "nothing written" in out.stderr, out.stderr
     assert not (tmp_path / "root").exists()
 
