@@ -40,6 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 import run_design  # noqa: E402  (one rule for what a design's state may name: run_design.bad_state)
+from mhalab.atomic import write_atomic  # noqa: E402  (the project's one way to replace a file)
 
 SKIPPED = {"checkpoints", "wandb", ".lock"}  # never archived: large, or a live process's
 DESIGN = "design.tar.gz"
@@ -66,7 +67,7 @@ def files_under(folder: Path) -> list[Path]:
     """Every file below folder, sorted, but checkpoints, locks, wandb's files, links and unfinished writes."""
     keep: list[Path] = []
     for p in sorted(folder.iterdir()):
-        if p.name.casefold() in SKIPPED or p.is_symlink() or p.suffix in (".tmp", ".restoring", ".partial"):
+        if p.name.casefold() in SKIPPED or p.is_symlink() or p.suffix in (".tmp", ".partial"):
             continue
         keep += files_under(p) if p.is_dir() else [p] if p.is_file() else []
     return keep
@@ -87,9 +88,7 @@ def pack(members: list[tuple[str, bytes]], out: Path) -> bool:
     if out.exists() and out.read_bytes() == raw.getvalue():
         return False
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_bytes(raw.getvalue())
-    tmp.replace(out)
+    write_atomic(out, raw.getvalue())
     return True
 
 
@@ -103,9 +102,8 @@ def save(experiment: str, to: Path) -> None:
     why = run_design.bad_state(recorded, experiment)
     if why:
         sys.exit(f"save {experiment}: {state}: {why}")
-    done = {logs_root().parent / run_design.sweep_part(stage["dir"], experiment)  # sweeps that have ended
-            for stages in recorded.values() if isinstance(stages, dict)
-            for stage in stages.values() if isinstance(stage, dict) and stage.get("dir")}
+    done = {logs_root().parent / run_design.sweep_part(d, experiment)  # sweeps that have ended
+            for _, _, d in run_design.stage_dirs(recorded)}
     rest = [f for f in files_under(task_dir / "design") if not f.relative_to(task_dir / "design").parts[0].startswith(
         "code-")]
     jobs, new = 0, 0
@@ -218,12 +216,9 @@ def restore(experiment: str, src: Path) -> None:
     try:
         for dest, data in todo:
             dest.parent.mkdir(parents=True, exist_ok=True)
-            tmp = dest.with_name(dest.name + ".restoring")
-            tmp.write_bytes(data)
-            tmp.replace(dest)
-            written.append(dest)
-    except OSError as e:  # a full disk, say: what this restore wrote is taken back
-        for f in [*written, *(d.with_name(d.name + ".restoring") for d, _ in todo)]:
+            written.append(write_atomic(dest, data))
+    except OSError as e:  # a full disk, say: what this restore wrote is taken back (write_atomic leaves no temporary)
+        for f in written:
             f.unlink(missing_ok=True)
         sys.exit(f"restore {experiment}: writing under {root} failed ({e}); what this restore wrote is removed again")
     print(f"restored {len(archives) - 1} finished jobs of {experiment} under {root / experiment} ({len(todo)} files "

@@ -114,12 +114,16 @@ def bad_state(state: dict, task: str) -> str | None:
         return "it is not a design's state (a JSON object of stages)"
     if "code" in state and not re.fullmatch(r"code-[0-9a-f]{12}", str(state["code"])):
         return f"it names the design's code {state['code']!r}, not code-<12 hex digits of a commit>"
-    for stratum, stages in state.items():
-        for name, stage in (stages.items() if isinstance(stages, dict) else []):
-            d = stage.get("dir") if isinstance(stage, dict) else None
-            if d is not None and sweep_part(str(d), task) is None:
-                return f"stage {stratum} {name} names the folder {d!r}, not a sweep under logs/{task}/multiruns"
+    for stratum, name, d in stage_dirs(state):
+        if sweep_part(str(d), task) is None:
+            return f"stage {stratum} {name} names the folder {d!r}, not a sweep under logs/{task}/multiruns"
     return None
+
+
+def stage_dirs(state: dict) -> list[tuple[str, str, str]]:
+    """(stratum, stage, recorded folder) of each stage of a state that has ended (recorded its sweep's folder)."""
+    return [(stratum, name, stage["dir"]) for stratum, stages in state.items() if isinstance(stages, dict)
+            for name, stage in stages.items() if isinstance(stage, dict) and stage.get("dir") is not None]
 
 
 def sweep_part(recorded: str, task: str) -> Path | None:
