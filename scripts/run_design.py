@@ -13,7 +13,8 @@ stage writes a report (stage A alone; A with each fresh stage) beside the runs, 
 logs/EXPERIMENT/design/<stratum>/, and `mhalab report --numerics` reads them side by side into stability.md there:
 each verdict stable under every numerics, or flipping.
 
-Run from the folder that holds `logs/` (or set MHALAB_ROOT). The code is a frozen copy of the committed src/
+Run from the folder that holds `logs/` (or set MHALAB_ROOT; an override of paths.* or hydra.sweep/run, which
+would move the runs away from the state that names them, is refused). The code is a frozen copy of the committed src/
 (git archive of HEAD when the design starts, under logs/EXPERIMENT/design/code-<commit>/, named in its state.json and
 used to train every later stage), so editing the tree or committing while a design runs changes no run; a tree
 with uncommitted changes under src/ is refused. The reports are this checkout's `mhalab report` (analysis fixes
@@ -39,6 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 import tuned_sweep  # noqa: E402  (one rule for running a sweep and reading each arm's choice)
+from mhalab.atomic import write_atomic  # noqa: E402  (the project's one way to replace a file)
 
 NUMERICS = {  # name -> (environment, overrides): the second numerics of design.numerics_seeds
     "default": ({}, []),
@@ -251,6 +253,10 @@ def main(argv: list[str]) -> None:
                     "(tests; a design's recorded runs use the frozen copy)")
     args, extra = ap.parse_known_args(argv)
     extra = [a for a in extra if a != "--"]
+    moved = [a for a in extra if re.match(r"[+~]*(paths\b|hydra\.(sweep|run)\b)", a)]
+    if moved:
+        sys.exit(f"{moved[0]}: a design keeps its runs under <root>/logs (its state and `scripts/design_runs.py` "
+                 "name them there); leave paths.* and hydra.sweep/run as they are and set MHALAB_ROOT instead")
     if args.config_dir:
         extra = ["--config-dir", args.config_dir, *extra]
     p = plan(args.experiment, [], args.config_dir)
@@ -268,9 +274,7 @@ def main(argv: list[str]) -> None:
         sys.exit(f"{state_file}: {why}: refused")
 
     def save() -> None:
-        tmp = state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=1))
-        tmp.replace(state_file)
+        write_atomic(state_file, json.dumps(state, indent=1))
 
     if not args.no_freeze:
         os.environ["PYTHONPATH"] = str(frozen_code(base, state))

@@ -55,6 +55,19 @@ def test_design_keys_are_checked_in_one_sentence():
         validate(compose(["experiment=kv_lr_curve", "design.stage_b_seeds=[0,10]"]))
 
 
+@pytest.mark.parametrize("override", ["paths.log_dir=/tmp/elsewhere", "+paths.data_dir=/x", "paths=other",
+                                      "hydra.sweep.dir=/tmp/s", "hydra.run.dir=/tmp/r"])
+def test_a_design_refuses_to_move_its_runs_out_of_the_root(override, tmp_path, monkeypatch):
+    """The state and design_runs.py find a design's sweeps under <root>/logs only: moving them is refused before
+    anything is written."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import run_design
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match=r"keeps its runs under <root>/logs.*MHALAB_ROOT") as e:
+        run_design.main(["kv_lr_curve", "--", override])
+    assert override in str(e.value) and not any(tmp_path.iterdir())
+
+
 SMOKE = """# @package _global_
 defaults:
   - kv_lr_curve
