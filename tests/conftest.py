@@ -26,6 +26,14 @@ TINY = [
 ]
 
 
+def slow_except(values, keep, key=lambda v: v):
+    """Parameters for a test whose variants repeat one promise: those whose key is in `keep` run in the default
+    suite, the others are marked slow (`pytest -m slow`, which CI runs after it), so the default run stays short on
+    a slow 2-core machine and still checks every promise once."""
+    return [pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=() if key(v) in keep else pytest.mark.slow)
+            for v in values]
+
+
 @pytest.fixture(autouse=True)
 def no_grants(monkeypatch):
     """Each test starts with no package granted (`mhalab.targets.grant` sets MHALAB_ALLOW for the process)."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import TINY, compositions, proc_env
+from conftest import TINY, compositions, proc_env, slow_except
 
 MHALAB = [sys.executable, "-m", "mhalab"]
 
@@ -30,6 +30,7 @@ def _sweep(root: Path, data_cache, *extra: str, profile: Path | None = None) -> 
 
 
 @pytest.mark.proc
+@pytest.mark.slow  # a cost property; the default suite keeps the grid sweep against Hydra's basic sweeper
 @pytest.mark.parametrize("sweeper, per_job", [("grid", 0), ("basic", 2)])
 def test_a_grid_sweep_composes_each_job_once(tmp_path, data_cache, sweeper, per_job):
     """mhalab's preflight composes the master config and, once, the config its 3 jobs share but for their seeds
@@ -75,7 +76,7 @@ def _anonymous(text: str, sweep: Path) -> str:
 
 
 @pytest.mark.proc
-@pytest.mark.parametrize("launcher", ["basic", "parallel"])
+@pytest.mark.parametrize("launcher", slow_except(["basic", "parallel"], keep={"basic"}))
 def test_a_grid_sweep_ends_as_under_hydras_basic_sweeper(tmp_path, data_cache, launcher):
     """The same jobs in the same order and batches (`max_batch_size=2`: two batches), each with the same config,
     Hydra config, metrics.csv (byte for byte) and summary figures, on the basic and the joblib launcher."""

@@ -59,6 +59,7 @@ def _files(run_dir: Path) -> dict[str, object]:
 
 
 @pytest.mark.proc
+@pytest.mark.slow  # a cost property; the default suite keeps test_a_single_run_ends_as_under_hydra_main
 def test_a_single_run_composes_its_config_once(tmp_path, data_cache):
     """The preflight composes the run's config; the run starts from it (hydra.main composed it twice more)."""
     prof = tmp_path / "run.prof"

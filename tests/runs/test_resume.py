@@ -13,7 +13,7 @@ import time
 
 import pytest
 import torch
-from conftest import TINY, summaries
+from conftest import TINY, slow_except, summaries
 
 from mhalab.errors import ConfigError
 from mhalab.runs.preflight import preflight
@@ -66,7 +66,8 @@ def kill_and_resume(run_train, tmp_path, fault: str, workers: int) -> tuple[subp
 
 
 @pytest.mark.proc
-@pytest.mark.parametrize("point,workers", [("after a mid-epoch checkpoint", 0), ("during validation", 2)])
+@pytest.mark.parametrize("point,workers", slow_except([("after a mid-epoch checkpoint", 0), ("during validation", 2)],
+                                                     keep={("after a mid-epoch checkpoint", 0)}))
 def test_kill_then_resume_is_bit_identical(run_train, tmp_path, reference, point, workers):
     resumed, got = kill_and_resume(run_train, tmp_path, KILL_POINTS[point], workers)
     assert "resuming from" in resumed.stdout + resumed.stderr
@@ -90,6 +91,7 @@ COMPILE = ["model.compile=true", "model.compile_backend=aot_eager"]  # torch.com
 
 
 @pytest.mark.proc
+@pytest.mark.slow  # a compiled or bf16 run killed and resumed: a minute each on 2 slow cores
 @pytest.mark.parametrize("how", [BF16, COMPILE], ids=["bf16-mixed", "torch.compile"])
 def test_a_gpu_option_killed_and_resumed_is_bit_identical(run_train, tmp_path, data_cache, how):
     """The `trainer=gpu` recipe on the CPU (bf16 autocast, float32 parameters and optimizer state in the
@@ -128,6 +130,7 @@ def stop_with(sig, args: list[str], cwd) -> tuple[subprocess.CompletedProcess, o
 
 
 @pytest.mark.proc
+@pytest.mark.slow  # the default suite keeps SIGINT (test_sigint_exits_130) and kill-and-resume
 def test_sigterm_saves_writes_an_interrupted_summary_and_the_run_resumes(tmp_path, data_cache):
     args = [*TINY, *RUN, f"paths.root_dir={tmp_path}", f"data.cache_dir={data_cache}",
             "trainer.max_epochs=8"]  # long enough to be stopped (the signal comes at step 2 of 32), short to resume
@@ -232,6 +235,7 @@ def test_multirun_resume_finishes_only_the_unfinished_jobs(run_train, train, tmp
 
 
 @pytest.mark.proc
+@pytest.mark.slow  # `pytest -m slurm` requeues a job on a real cluster
 def test_slurm_preemption_signal_requeues_and_the_requeued_job_continues(tmp_path, data_cache):
     """SLURM's warning signal (simulated): checkpoint, interrupted summary, `scontrol requeue <job>`, and the
     requeued job (SLURM_RESTART_COUNT=1, same directory) resumes from last.ckpt."""

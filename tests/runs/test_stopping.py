@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, proc_env, wait_for
+from conftest import TINY, proc_env, slow_except, wait_for
 
 pytestmark = pytest.mark.proc  # every test here starts real processes
 
@@ -80,6 +80,7 @@ def test_ctrl_c_on_a_parallel_sweep_saves_every_running_job_and_prints_the_sweep
         assert noise not in out and noise not in err.replace(resume, ""), (noise, err[-3000:])
 
 
+@pytest.mark.slow  # resumes three jobs; the default suite resumes a sweep in test_resume.py
 def test_the_command_a_stopped_sweep_prints_finishes_every_job(ctrl_c_sweep):
     args, code, out, err, sweep = ctrl_c_sweep
     resume = err.splitlines()[-1].strip()
@@ -91,10 +92,10 @@ def test_the_command_a_stopped_sweep_prints_finishes_every_job(ctrl_c_sweep):
     assert not (sweep / ".stopped").exists()
 
 
-@pytest.mark.parametrize("launcher, sig, to_group", [
+@pytest.mark.parametrize("launcher, sig, to_group", slow_except([
     ("basic", signal.SIGINT, True),  # jobs run in the command's process, one after the other
     ("parallel", signal.SIGTERM, False),  # the command alone (kill PID): its workers get no signal
-])
+], keep={("parallel", signal.SIGTERM, False)}))
 def test_a_sweep_stops_as_a_whole_whichever_process_gets_the_signal(tmp_path, data_cache, launcher, sig, to_group):
     args = ["-m", f"hydra/launcher={launcher}", *TINY, *RUN, f"paths.root_dir={tmp_path}",
             f"data.cache_dir={data_cache}", "trainer.max_epochs=200", "trainer.limit_train_batches=4", "seed=0,1"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY
+from conftest import TINY, slow_except
 from test_secrets import Listener, mhalab  # one 127.0.0.1 listener for the network vectors, one process runner
 
 pytestmark = pytest.mark.proc  # every test here starts real processes
@@ -225,7 +225,8 @@ def test_a_secret_through_sweep_params_and_cfg_job_is_written_and_printed_nowher
         assert SECRET not in str(p) and not (p.is_file() and SECRET.encode() in p.read_bytes()), p
 
 
-@pytest.mark.parametrize("name", ["logger=wandb", "offline false and anonymous from a file"])
+@pytest.mark.parametrize("name", slow_except(["logger=wandb", "offline false and anonymous from a file"],
+                                             keep={"offline false and anonymous from a file"}))
 def test_offline_wandb_sends_nothing_not_even_its_usage_metrics(ws, data_cache, listener, name):
     """wandb offline posted its own OpenTelemetry metrics to WANDB_BASE_URL (api.wandb.ai when unset) at the end of
     every run with a wandb logger (the default `logger=many`); now no connection reaches the listener."""

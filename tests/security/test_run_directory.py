@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY
+from conftest import TINY, slow_except
 
 pytestmark = pytest.mark.proc  # every test here starts real processes
 
@@ -207,7 +207,13 @@ def attack(ws: Path, name: str, kind: str, edit, extra=(), marks=()) -> tuple[su
     return r, run
 
 
-@pytest.mark.parametrize("name,kind,edit,code,says", VECTORS, ids=[v[0] for v in VECTORS])
+# One vector of each command and outcome in the default suite, every vector under `pytest -m slow` (CI runs both).
+DEFAULT_VECTORS = {"copyfile_plots", "open_ablate", "open_convert", "copyfile_report", "hydra_config_plots",
+                   "hparams_ablate", "payloads_resume", "csv_link_resume", "report_file_link_report"}
+
+
+@pytest.mark.parametrize("name,kind,edit,code,says", slow_except(VECTORS, DEFAULT_VECTORS, key=lambda v: v[0]),
+                         ids=[v[0] for v in VECTORS])
 def test_vector(ws, name, kind, edit, code, says):
     r, run = attack(ws, name, kind, edit)
     for marker in MARKERS:

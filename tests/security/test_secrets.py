@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY
+from conftest import TINY, slow_except
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "AKIAsecretVALUE0xC0FFEE"
@@ -78,7 +78,7 @@ SECRET_VECTORS = {  # name -> (overrides, dotted keys the console line must name
 
 
 @pytest.mark.proc
-@pytest.mark.parametrize("name", list(SECRET_VECTORS))
+@pytest.mark.parametrize("name", slow_except(SECRET_VECTORS, keep={"sweep"}))
 def test_a_secret_from_the_environment_is_written_nowhere(tmp_path, data_cache, name):
     overrides, keys = SECRET_VECTORS[name]
     confdir = tmp_path / "conf"
@@ -205,7 +205,8 @@ COMMAND_LINE = ["logger=wandb", "logger.wandb.mode=online", "+logger.wandb.setti
 
 
 @pytest.mark.proc
-@pytest.mark.parametrize("env", [{"WANDB_MODE": "offline"}, {"WANDB_DISABLED": "true"}])
+@pytest.mark.parametrize("env", slow_except([{"WANDB_MODE": "offline"}, {"WANDB_DISABLED": "true"}],
+                                            keep=[{"WANDB_MODE": "offline"}]))
 def test_the_environment_keeps_wandb_offline_whatever_the_command_line_says(tmp_path, data_cache, listener, env):
     r = mhalab(tmp_path, data_cache, *(o.format(url=url(listener)) for o in COMMAND_LINE), env=env)
     assert r.returncode == 0, r.stderr[-3000:]

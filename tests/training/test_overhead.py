@@ -194,6 +194,7 @@ def test_stacked_columns_are_typed_as_the_torch_format_types_them(data_cache):
 
 
 @pytest.mark.proc
+@pytest.mark.slow  # a real sweep timed in rounds: minutes on a slow 2-core machine
 def test_the_sweep_figure_times_a_real_sweep_against_one_plain_process(tmp_path):
     import os
 

@@ -160,6 +160,7 @@ def test_multirun_gives_one_directory_and_summary_per_job(train, tmp_path):
 
 
 @pytest.mark.proc
+@pytest.mark.slow  # the default suite runs parallel sweeps in tests/runs (stopping, launch lines)
 def test_parallel_launcher_sweep_runs_every_job_in_worker_processes(run_train, tmp_path):
     """The recorded experiments' launcher, as a real process: joblib workers restore Hydra's state (the guarded
     pkg:// source among it) and each job ends ok with its own summary."""
