@@ -399,7 +399,11 @@ def test_gpu_dry_run_with_its_real_subprocesses(tmp_path, data_cache):
     res = json.loads((tmp_path / "summary.json").read_text())
     assert r.returncode == 0, {k: s.get("error") or s.get("log") for k, s in res["steps"].items()}
     assert (tmp_path / "throughput" / "d32-compiled" / "results.json").is_file()
-    assert res["steps"]["tests"]["skipped"] == res["steps"]["tests"]["tests"] > 0  # no CUDA: every GPU test skips
+    tests = res["steps"]["tests"]
+    if tests["status"] == "skipped":  # an installed (not editable) mhalab run outside the checkout, as in CI
+        assert tests["note"] == "tests/bench/test_gpu.py not found: run from a source checkout", tests
+    else:
+        assert tests["skipped"] == tests["tests"] > 0, tests  # no CUDA: every GPU test skips
     assert json.loads((tmp_path / "train" / "bbc_news-summary.json").read_text())["status"] == "ok"
 
 
