@@ -208,3 +208,23 @@ def test_a_real_sweep_records_its_stages_and_mhalab_report_publishes_every_run(t
     ref = inf.two_sample(a, b)  # tiny runs may tie: then both say so in words and give no p
     assert len(a) == len(b) == 2 and c["degenerate"] == ref.degenerate
     assert (c["p"] is None and ref.p is None) or (c["p"] == pytest.approx(ref.p) and c["p"] > 0)
+
+
+def test_the_experiments_table_marks_a_recorded_newcombe_interval(tmp_path):
+    """Reports written before the exact unconditional test printed Newcombe's interval beside Fisher's test; the
+    README table says so where the interval may exclude 0 while the test does not reject (head_dim_sweep d_head 32)."""
+    import json
+
+    from mhalab.report.command import experiments_table
+
+    row = {"arm": "a", "baseline": "b", "endpoint": "rate reaching val/acc >= 0.9", "arm_value": "6/10",
+           "baseline_value": "10/10", "estimate": -0.4, "ci95_low": -0.687, "ci95_high": -0.038, "p": 0.087,
+           "p_holm": 0.087, "verdict": "not separated"}
+    recorded = tmp_path / "old" / "results" / "report.json"
+    now = tmp_path / "new" / "results" / "report.json"
+    for f, test in ((recorded, "Fisher's exact test"), (now, "exact unconditional score test (Barnard)")):
+        f.parent.mkdir(parents=True)
+        f.write_text(json.dumps({"comparisons": [{**row, "test": test}]}))
+    old_line, new_line = experiments_table([recorded, now]).splitlines()[2:]
+    assert "-0.400 [-0.687, -0.038] Newcombe, not from the test | Fisher's exact test" in old_line
+    assert "Newcombe" not in new_line and "-0.400 [-0.687, -0.038] |" in new_line

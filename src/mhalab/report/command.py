@@ -350,6 +350,8 @@ def experiments_table(files: list[Path]) -> str:
         for c in data["comparisons"]:
             diff = interval(c.get("estimate"), c.get("ci95_low"), c.get("ci95_high"),
                             unbounded=c.get("p") is not None) if c.get("estimate") is not None else "-"
+            if c["test"].startswith("Fisher"):  # reports before issue 27: Newcombe's interval, not the test's
+                diff += " Newcombe, not from the test"
             t.add([f"[{name}](experiments/{name}/)", f"{c['arm']} vs {c['baseline']}", c["endpoint"],
                    c["arm_value"], c["baseline_value"], diff, c["test"].split(";")[0], fmt_p(c.get("p_holm")),
                    c["verdict"]], bold=(8,) if c["verdict"] == "separated" else ())
