@@ -3,8 +3,10 @@ steps to it, against the learning rate, from a report's runs.csv (stage A: every
 
     python scripts/lr_curve.py logs/<task>/multiruns/<stage A>/report [--out lr_curve.png]
 
-Writes lr_curve.csv (arm, lr, runs, reached, median_steps over the runs that reached) and lr_curve.png beside it.
-The median is over the runs that reached the threshold (their steps are observed); `reached` says how many.
+Writes lr_curve.csv (arm, lr, runs, reached, median_steps over the runs that reached, the steps of each of them,
+whether the report chose that rate) and lr_curve.png beside it: the fraction reaching the threshold, and every
+run's steps to it with the median, per arm; each arm's chosen (frozen) rate is ringed. The median is over the runs
+that reached the threshold (their steps are observed); `reached` says how many.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ def curve(rows: list[dict]) -> list[dict]:
     for (arm, lr), rs in sorted(cells.items()):
         steps = [int(float(r["threshold_step"])) for r in rs if r["reached"] == "True" and r["threshold_step"]]
         out.append({"arm": arm, "lr": lr, "runs": len(rs), "reached": len(steps),
-                    "median_steps": statistics.median(steps) if steps else None})
+                    "median_steps": statistics.median(steps) if steps else None,
+                    "steps": " ".join(map(str, sorted(steps))), "chosen": any(r.get("chosen_cell") == "True"
+                                                                              for r in rs)})
     return out
 
 
@@ -42,12 +46,24 @@ def plot(points: list[dict], path: Path) -> None:
     for i, arm in enumerate(arms):
         ps = [p for p in points if p["arm"] == arm]
         shift = log_dodge(i, len(arms))
-        ax1.plot([p["lr"] * shift for p in ps], [p["reached"] / p["runs"] for p in ps], "o-", label=arm)
+        line, = ax1.plot([p["lr"] * shift for p in ps], [p["reached"] / p["runs"] for p in ps], "o-", label=arm)
+        colour = line.get_color()
         reached = [p for p in ps if p["median_steps"] is not None]
-        ax2.plot([p["lr"] for p in reached], [p["median_steps"] for p in reached], "o-", label=arm)
-    for ax, y in ((ax1, "fraction of runs reaching the threshold"), (ax2, "median steps to it (runs that did)")):
+        ax2.plot([p["lr"] * shift for p in reached], [p["median_steps"] for p in reached], "-", color=colour)
+        runs = [(p["lr"] * shift, int(s)) for p in reached for s in p["steps"].split()]
+        ax2.plot([x for x, _ in runs], [y for _, y in runs], "o", color=colour, markersize=3, alpha=0.6)
+        for p in ps:
+            if p["chosen"]:
+                ax1.plot(p["lr"] * shift, p["reached"] / p["runs"], "o", color=colour, mfc="none", markersize=11)
+                if p["median_steps"] is not None:
+                    ax2.plot(p["lr"] * shift, p["median_steps"], "o", color=colour, mfc="none", markersize=11)
+    grid = sorted({p["lr"] for p in points})
+    for ax, y in ((ax1, "fraction of runs reaching the threshold"),
+                  (ax2, "steps to it: each run that did, and the median")):
         ax.set_xscale("log")
-        ax.set_xlabel("learning rate")
+        ax.set_xticks(grid, [f"{lr:.3g}" for lr in grid], rotation=45, fontsize=7)
+        ax.minorticks_off()
+        ax.set_xlabel("learning rate (ringed: each arm's chosen rate)", fontsize=8)
         ax.set_ylabel(y, fontsize=8)
     ax2.set_yscale("log")
     ax1.legend(fontsize=7)
@@ -61,7 +77,8 @@ def main(argv: list[str]) -> None:
     args = p.parse_args(argv)
     with open(args.report / "runs.csv", newline="") as f:
         points = curve(list(csv.DictReader(f)))
-    write_csv(args.report / "lr_curve.csv", ["arm", "lr", "runs", "reached", "median_steps"], points)
+    write_csv(args.report / "lr_curve.csv", ["arm", "lr", "runs", "reached", "median_steps", "steps", "chosen"],
+              points)
     plot(points, args.report / "lr_curve.png")
     print(f"wrote {args.report / 'lr_curve.csv'} and lr_curve.png", flush=True)
 
