@@ -21,6 +21,11 @@ from mhalab.pictures import log_dodge, new_figure
 from mhalab.tables import write_csv
 
 
+def _number(x: float) -> float | int:
+    """A median of step counts as an int where it is one (1400, not 1400.0)."""
+    return int(x) if x == int(x) else x
+
+
 def curve(rows: list[dict]) -> list[dict]:
     """One row per (arm, learning rate): runs, runs reaching the threshold, median steps of those."""
     cells: dict[tuple[str, float], list[dict]] = {}
@@ -33,7 +38,7 @@ def curve(rows: list[dict]) -> list[dict]:
     for (arm, lr), rs in sorted(cells.items()):
         steps = [int(float(r["threshold_step"])) for r in rs if r["reached"] == "True" and r["threshold_step"]]
         out.append({"arm": arm, "lr": lr, "runs": len(rs), "reached": len(steps),
-                    "median_steps": statistics.median(steps) if steps else None,
+                    "median_steps": _number(statistics.median(steps)) if steps else None,
                     "steps": " ".join(map(str, sorted(steps))), "chosen": any(r.get("chosen_cell") == "True"
                                                                               for r in rs)})
     return out
