@@ -7,8 +7,10 @@ The plan is the experiment config's (src/mhalab/conf/experiment/EXPERIMENT.yaml)
 on endpoint.selection_seeds), once per design.strata entry; `mhalab report` then picks each arm's tuned value on
 those seeds (scripts/tuned_sweep.py's rule) and it is frozen; stage B runs each arm's chosen value on
 design.stage_b_seeds, and each design.numerics_seeds entry runs it again on its own fresh seeds: avx2 with
-ATEN_CPU_CAPABILITY=avx2 (two jobs, one thread each), threads2 with 2 torch threads (one job at a time), bf16 in
-bf16 mixed precision (a design run on a GPU: `--numerics bf16 -- trainer=gpu trainer.precision=32-true`). Every
+ATEN_CPU_CAPABILITY=avx2 (two jobs, one thread each; on a CPU whose default kernels are AVX2 already that would be
+stage B's numerics again, so its seeds run with ATen's unvectorised kernels, scalar, and the state records it),
+scalar with ATEN_CPU_CAPABILITY=default, threads2 with 2 torch threads (one job at a time), bf16 in bf16 mixed
+precision (a design run on a GPU: `--numerics bf16 -- trainer=gpu trainer.precision=32-true`). Every
 stage writes a report (stage A alone; A with each fresh stage) beside the runs, under
 logs/EXPERIMENT/design/<stratum>/, and `mhalab report --numerics` reads them side by side into stability.md there:
 each verdict stable under every numerics, or flipping.
@@ -45,6 +47,7 @@ from mhalab.atomic import write_atomic  # noqa: E402  (the project's one way to 
 NUMERICS = {  # name -> (environment, overrides): the second numerics of design.numerics_seeds
     "default": ({}, []),
     "avx2": ({"ATEN_CPU_CAPABILITY": "avx2"}, ["torch_threads=1"]),
+    "scalar": ({"ATEN_CPU_CAPABILITY": "default"}, ["torch_threads=1"]),  # ATen's unvectorised kernels
     "threads2": ({}, ["torch_threads=2", "hydra.launcher.n_jobs=1"]),
     "bf16": ({}, ["trainer.precision=bf16-mixed"]),  # a GPU design's second numerics (stage A and B in float32)
 }
@@ -101,6 +104,28 @@ def extract_src(commit: str, code: Path) -> None:
     tarfile.open(fileobj=io.BytesIO(tar.stdout)).extractall(tmp, filter="data")
     shutil.rmtree(code, ignore_errors=True)
     tmp.rename(code)
+
+
+def capability(env: dict) -> str:
+    """torch's CPU kernels (`torch.backends.cpu.get_cpu_capability()`) in a process with `env` added."""
+    r = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
+                       env={**os.environ, **env}, capture_output=True, text=True, check=True)
+    return r.stdout.strip()
+
+
+def numerics_here(kind: str, probe=capability) -> tuple[str, str | None]:
+    """The numerics that runs a declared one's fresh seeds on this machine, and why it is another: a kernel choice
+    (ATEN_CPU_CAPABILITY=avx2) that is already this CPU's default would repeat stage B's numerics bit for bit (an
+    AVX2-only CPU such as an AMD EPYC Zen 3), so ATen's unvectorised kernels (scalar) run them instead."""
+    env = NUMERICS[kind][0]
+    if kind == "scalar" or "ATEN_CPU_CAPABILITY" not in env:
+        return kind, None
+    here = probe({})
+    if probe(env) != here:
+        return kind, None
+    return "scalar", (f"{kind}: ATEN_CPU_CAPABILITY={env['ATEN_CPU_CAPABILITY']} gives this CPU's default kernels "
+                      f"({here}), stage B's numerics; its fresh seeds run with ATen's unvectorised kernels instead "
+                      "(scalar: ATEN_CPU_CAPABILITY=default)")
 
 
 def root() -> Path:
@@ -227,7 +252,16 @@ def run_stratum(experiment: str, stratum: list[str], p: dict, numerics: list[str
     if stop:
         sys.exit(f"[{key}] {stop}")
     cells = tuned_sweep.chosen_cells([a_dir])
-    runs = [("B", "default", p["stage_b_seeds"])] + [(n, n, p["numerics_seeds"][n]) for n in numerics
+    here = done.setdefault("numerics", {})  # declared -> run here, decided once (the state carries it elsewhere)
+    for n in numerics:
+        if n in p["numerics_seeds"] and n not in here:
+            here[n], why = numerics_here(n)
+            save()
+            if why:
+                print(f"[{key}] {why}", flush=True)
+    if any(k not in NUMERICS for k in here.values()):
+        sys.exit(f"[{key}] the state names numerics {sorted(here.values())}; known: {', '.join(NUMERICS)}: refused")
+    runs = [("B", "default", p["stage_b_seeds"])] + [(here[n], here[n], p["numerics_seeds"][n]) for n in numerics
                                                     if n in p["numerics_seeds"]]
     for name, kind, seeds in runs:
         if not seeds:

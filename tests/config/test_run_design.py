@@ -42,8 +42,28 @@ def test_run_design_knows_every_declared_numerics():
     assert set(run_design.NUMERICS) == {"default", *NUMERICS}
 
 
+@pytest.mark.proc
+def test_a_kernel_numerics_that_is_this_cpus_default_runs_unvectorised_kernels_instead():
+    """ATEN_CPU_CAPABILITY=avx2 on an AVX2-only CPU (this project's AMD EPYC) trains bit for bit as stage B did, so
+    its fresh seeds run with ATen's unvectorised kernels; on an AVX-512 CPU avx2 runs as declared."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import run_design
+
+    def cpu(default):
+        return lambda env: {"avx2": "AVX2", "default": "DEFAULT"}.get(env.get("ATEN_CPU_CAPABILITY"), default)
+    kind, why = run_design.numerics_here("avx2", cpu("AVX2"))
+    assert kind == "scalar" and "ATEN_CPU_CAPABILITY=avx2 gives this CPU's default kernels (AVX2)" in why
+    assert run_design.numerics_here("avx2", cpu("AVX512")) == ("avx2", None)
+    for kind in ("threads2", "bf16", "scalar"):
+        assert run_design.numerics_here(kind, cpu("AVX2")) == (kind, None)
+    # the real probe, a process with the environment set: scalar kernels are never this CPU's default
+    assert run_design.capability({"ATEN_CPU_CAPABILITY": "default"}) == "DEFAULT" != run_design.capability({})
+    here = run_design.numerics_here("avx2")[0]
+    assert here == ("scalar" if run_design.capability({}) == "AVX2" else "avx2")
+
+
 def test_design_keys_are_checked_in_one_sentence():
-    with pytest.raises(ConfigError, match="design.numerics_seeds='sse'.*avx2, threads2"):
+    with pytest.raises(ConfigError, match="design.numerics_seeds='sse'.*avx2, scalar, threads2"):
         DesignConfig(numerics_seeds={"sse": [1]})
     with pytest.raises(ConfigError, match="design.stage_b_seeds entry 'x'"):
         DesignConfig(stage_b_seeds=["x"])
@@ -104,23 +124,28 @@ def test_runner_runs_every_stage_with_its_numerics_and_resumes(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     design = tmp_path / "logs" / "smoke_design" / "design"
     state = json.loads((design / "state.json").read_text())["-"]
-    assert sorted(state) == sorted(["A"] + [f"{s} attention.n_kv_heads={k}" for s in ("B", "avx2", "threads2")
+    sys.path.insert(0, str(REPO / "scripts"))
+    import run_design
+    second = run_design.numerics_here("avx2")[0]  # scalar on an AVX2-only CPU, whose default avx2 would repeat B
+    cap = {"avx2": "avx2", "scalar": "default"}[second]
+    assert state.pop("numerics") == {"avx2": second, "threads2": "threads2"}
+    assert sorted(state) == sorted(["A"] + [f"{s} attention.n_kv_heads={k}" for s in ("B", second, "threads2")
                                             for k in (4, 1)])
     a_dir = tmp_path / state["A"]["dir"]  # recorded relative to the root
     chosen = {a["label"]: a["chosen"] for a in json.loads((a_dir / "report" / "report.json").read_text())["arms"]}
     curve = (a_dir / "report" / "lr_curve.csv").read_text().splitlines()
     assert len(curve) == 1 + 2 * 2 and (a_dir / "report" / "lr_curve.png").exists()  # arms x rates
-    for name, seed, cap, threads in (("B", 1, None, 1), ("avx2", 2, "avx2", 1), ("threads2", 3, None, 2)):
+    for name, seed, aten, threads in (("B", 1, None, 1), (second, 2, cap, 1), ("threads2", 3, None, 2)):
         for k in (4, 1):
             (summary,) = (tmp_path / state[f"{name} attention.n_kv_heads={k}"]["dir"]).glob("*/summary.json")
             s = json.loads(summary.read_text())
             assert s["config"]["seed"] == seed and s["config"]["torch_threads"] == threads
-            assert s["environment"]["aten_cpu_capability"] == cap
+            assert s["environment"]["aten_cpu_capability"] == aten
             assert s["config"]["optim"]["lr"] == float(chosen[f"attention.n_kv_heads={k}"].split("=")[1])
         assert (design / "all" / f"report-{name}" / "report.json").exists()
     stability = json.loads((design / "all" / "stability.json").read_text())  # every verdict under every numerics
-    assert stability["numerics"] == ["B", "avx2", "threads2"] and stability["rows"]
-    assert stability["environment"]["avx2"]["aten_cpu_capability"] == "avx2"
+    assert stability["numerics"] == ["B", second, "threads2"] and stability["rows"]
+    assert stability["environment"][second]["aten_cpu_capability"] == cap
     again = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "mhalab train" not in again.stdout and again.stdout.count(": done,") == 7
 

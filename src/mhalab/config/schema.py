@@ -298,8 +298,10 @@ class EndpointConfig:
                                   "that choose each arm's tuned value)")
 
 
-NUMERICS = ("avx2", "threads2", "bf16")  # the second numerics a verdict is re-run under (scripts/run_design.py):
-#   torch's AVX2 kernels (ATEN_CPU_CAPABILITY=avx2), 2 torch threads instead of 1, or bf16 mixed precision (the GPU's)
+# the second numerics a verdict is re-run under (scripts/run_design.py):
+NUMERICS = ("avx2", "scalar", "threads2", "bf16")
+#   torch's AVX2 kernels (ATEN_CPU_CAPABILITY=avx2; where those are the CPU's default, the runner runs scalar instead),
+#   ATen's unvectorised kernels (ATEN_CPU_CAPABILITY=default), 2 torch threads instead of 1, or bf16 mixed precision
 
 
 @dataclass
