@@ -227,6 +227,20 @@ def _long_design(tmp_path, preexec_fn=None):
     return runner, ckpt
 
 
+def _stopped(runner, timeout: float = 300) -> tuple[str, str]:
+    """The runner's (stdout, stderr) once it has exited and every process of its session ended; a timeout fails
+    naming what was still running and the output's last lines (a stop that hangs is diagnosed, not guessed)."""
+    try:
+        out, err = runner.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        left = {pid: (name, Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:200].decode())
+                for pid, name in session(runner.pid).items() if Path(f"/proc/{pid}").exists()}
+        raise AssertionError(f"the design did not stop within {timeout} s; still running: {left}; stdout tail: "
+                             f"{(e.stdout or b'')[-3000:]!r}; stderr tail: {(e.stderr or b'')[-2000:]!r}") from None
+    assert wait_for(lambda: not session(runner.pid) or None, "every process of the design to end", timeout=60)
+    return out, err
+
+
 def _end(runner) -> None:
     for pid in session(runner.pid):  # a failed check leaves nothing running
         os.kill(pid, signal.SIGKILL)
@@ -242,8 +256,7 @@ def test_a_stopped_runner_stops_its_stage_and_leaves_nothing_running(tmp_path, s
     runner, ckpt = _long_design(tmp_path)
     try:
         os.kill(runner.pid, sig)
-        out, err = runner.communicate(timeout=120)
-        assert wait_for(lambda: not session(runner.pid) or None, "every process of the design to end", timeout=60)
+        out, err = _stopped(runner)
     finally:
         _end(runner)
     summary = json.loads((ckpt.parents[1] / "summary.json").read_text())
@@ -260,8 +273,7 @@ def test_a_closing_terminal_stops_the_stage_cleanly(tmp_path):
     runner, ckpt = _long_design(tmp_path)
     try:
         os.killpg(runner.pid, signal.SIGHUP)  # its own session: the group is the runner's and its sweep's
-        out, err = runner.communicate(timeout=120)
-        assert wait_for(lambda: not session(runner.pid) or None, "every process of the design to end", timeout=60)
+        out, err = _stopped(runner)
     finally:
         _end(runner)
     summary = json.loads((ckpt.parents[1] / "summary.json").read_text())
@@ -281,7 +293,7 @@ def test_a_runner_under_nohup_goes_on_when_its_terminal_hangs_up(tmp_path):
         wait_for(lambda: ckpt.stat().st_mtime > before, "the job to save a later checkpoint after the hang-up")
         assert runner.poll() is None and not (ckpt.parents[1] / "summary.json").exists()
         os.kill(runner.pid, signal.SIGTERM)
-        runner.communicate(timeout=120)
+        _stopped(runner)
     finally:
         _end(runner)
     assert json.loads((ckpt.parents[1] / "summary.json").read_text())["status"] == "interrupted"
