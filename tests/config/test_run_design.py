@@ -205,7 +205,13 @@ def test_reports_run_this_checkout_and_keep_carried_packages(monkeypatch):
     assert run_design.analysis_env()["PYTHONPATH"] == str(REPO / "src")
 
 
-def _long_design(tmp_path, preexec_fn=None):
+def _from_a_terminal() -> None:
+    """A runner started from a terminal: SIGHUP at its default, also where pytest itself runs under nohup (which
+    every child would inherit as ignored, and the runner then rightly lets a hang-up pass)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def _long_design(tmp_path, preexec_fn=_from_a_terminal):
     """The smoke design with a first job that trains on until stopped, started in its own session; (runner, the
     job's first checkpoint once written)."""
     conf = tmp_path / "conf" / "experiment"
