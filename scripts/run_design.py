@@ -128,6 +128,17 @@ def numerics_here(kind: str, probe=capability) -> tuple[str, str | None]:
                       "(scalar: ATEN_CPU_CAPABILITY=default)")
 
 
+def clashing(declared: list[str], here: dict) -> str | None:
+    """Why the numerics `declared` cannot run as `here` maps them (a state read back names them too), or None:
+    each must be a known one, and no two may run as the same (their stages and reports would share a name)."""
+    ran = [here.get(n) for n in declared]
+    if any(not isinstance(k, str) or k not in NUMERICS for k in ran) or len(set(ran)) < len(ran):
+        return (f"the declared numerics {', '.join(declared)} would run as {ran}: each must be one of "
+                f"{', '.join(NUMERICS)}, and no two the same (declare scalar or avx2, not both, on a CPU whose default "
+                "kernels are AVX2)")
+    return None
+
+
 def root() -> Path:
     """The folder that holds logs/ (MHALAB_ROOT, or the current one)."""
     return Path(os.environ.get("MHALAB_ROOT", "."))
@@ -259,8 +270,9 @@ def run_stratum(experiment: str, stratum: list[str], p: dict, numerics: list[str
             save()
             if why:
                 print(f"[{key}] {why}", flush=True)
-    if any(k not in NUMERICS for k in here.values()):
-        sys.exit(f"[{key}] the state names numerics {sorted(here.values())}; known: {', '.join(NUMERICS)}: refused")
+    why = clashing([n for n in numerics if n in p["numerics_seeds"]], here)
+    if why:
+        sys.exit(f"[{key}] {why}: refused")
     runs = [("B", "default", p["stage_b_seeds"])] + [(here[n], here[n], p["numerics_seeds"][n]) for n in numerics
                                                     if n in p["numerics_seeds"]]
     for name, kind, seeds in runs:

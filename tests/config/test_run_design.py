@@ -60,6 +60,10 @@ def test_a_kernel_numerics_that_is_this_cpus_default_runs_unvectorised_kernels_i
     assert run_design.capability({"ATEN_CPU_CAPABILITY": "default"}) == "DEFAULT" != run_design.capability({})
     here = run_design.numerics_here("avx2")[0]
     assert here == ("scalar" if run_design.capability({}) == "AVX2" else "avx2")
+    # two declared numerics that would run as one (their stages would share a name) are refused, as is a state's
+    assert run_design.clashing(["avx2", "threads2"], {"avx2": "scalar", "threads2": "threads2"}) is None
+    assert "no two the same" in run_design.clashing(["avx2", "scalar"], {"avx2": "scalar", "scalar": "scalar"})
+    assert "each must be one of" in run_design.clashing(["avx2"], {"avx2": ["x"]})
 
 
 def test_design_keys_are_checked_in_one_sentence():
