@@ -118,7 +118,7 @@ def numerics_here(kind: str, probe=capability) -> tuple[str, str | None]:
     (ATEN_CPU_CAPABILITY=avx2) that is already this CPU's default would repeat stage B's numerics bit for bit (an
     AVX2-only CPU such as an AMD EPYC Zen 3), so ATen's unvectorised kernels (scalar) run them instead."""
     env = NUMERICS[kind][0]
-    if kind == "scalar" or "ATEN_CPU_CAPABILITY" not in env:
+    if "ATEN_CPU_CAPABILITY" not in env:
         return kind, None
     here = probe({})
     if probe(env) != here:
