@@ -152,16 +152,17 @@ def bad_state(state: dict, task: str) -> str | None:
         return "it is not a design's state (a JSON object of stages)"
     if "code" in state and not re.fullmatch(r"code-[0-9a-f]{12}", str(state["code"])):
         return f"it names the design's code {state['code']!r}, not code-<12 hex digits of a commit>"
-    for stratum, name, d in stage_dirs(state):
+    for stratum, name, d in stage_dirs(state) + stage_dirs(state, "folder"):
         if sweep_part(str(d), task) is None:
             return f"stage {stratum} {name} names the folder {d!r}, not a sweep under logs/{task}/multiruns"
     return None
 
 
-def stage_dirs(state: dict) -> list[tuple[str, str, str]]:
-    """(stratum, stage, recorded folder) of each stage of a state that has ended (recorded its sweep's folder)."""
-    return [(stratum, name, stage["dir"]) for stratum, stages in state.items() if isinstance(stages, dict)
-            for name, stage in stages.items() if isinstance(stage, dict) and stage.get("dir") is not None]
+def stage_dirs(state: dict, key: str = "dir") -> list[tuple[str, str, str]]:
+    """(stratum, stage, recorded folder) of each stage of a state that has ended (recorded its sweep's folder as
+    "dir"); with key="folder", of each stage whose sweep has announced its folder (recorded when it starts)."""
+    return [(stratum, name, stage[key]) for stratum, stages in state.items() if isinstance(stages, dict)
+            for name, stage in stages.items() if isinstance(stage, dict) and stage.get(key) is not None]
 
 
 def sweep_part(recorded: str, task: str) -> Path | None:
@@ -181,6 +182,17 @@ def relative(d: Path) -> Path:
         return d.resolve().relative_to(root().resolve())
     except ValueError:
         return d
+
+
+def resume_args(stage: dict, task: str) -> list[str]:
+    """How a stage that is not done starts again, from its recorded state: afresh when it never started or its sweep
+    never announced a folder (the launcher names it before any job starts), on that folder when it did, and on the
+    sweep that holds its jobs' configs (resume=true) when an older runner recorded no folder."""
+    if not stage.get("started") or stage.get("folder", "") is None:
+        return []
+    if "folder" not in stage:
+        return ["resume=true"]
+    return [f"resume={(root() / sweep_part(stage['folder'], task)).resolve()}"]  # checked when the state was read
 
 
 def plan(experiment: str, stratum: list[str], config_dir: str | None = None) -> dict:
@@ -240,17 +252,23 @@ def run_stratum(experiment: str, stratum: list[str], p: dict, numerics: list[str
         if name in done and done[name].get("dir"):
             print(f"[{key}] {name}: done, {done[name]['dir']}", flush=True)
             return root() / sweep_part(done[name]["dir"], p["task_name"])  # checked when the state was read
-        resume = ["resume=true"] if done.get(name, {}).get("started") else []
-        done[name] = {"started": True}
+        before = done.get(name, {})
+        resume = resume_args(before, p["task_name"])
+        done[name] = {"started": True, "folder": before.get("folder")}
         save()
+
+        def announced(folder: Path) -> None:  # before any job starts: a resume continues exactly this sweep
+            done[name]["folder"] = str(relative(folder))
+            save()
+
         old = dict(os.environ)
         os.environ.update(env or {})
         try:
-            d = tuned_sweep.train([*extra, f"experiment={experiment}", *stratum, *args, *resume])
+            d = tuned_sweep.train([*extra, f"experiment={experiment}", *stratum, *args, *resume], announced)
         finally:
             os.environ.clear()
             os.environ.update(old)
-        done[name] = {"started": True, "dir": str(relative(d))}
+        done[name]["dir"] = str(relative(d))
         save()
         return d
 

@@ -27,8 +27,9 @@ STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # passed on to the runni
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def train(args: list[str]) -> Path:
-    """Run one `mhalab train -m` sweep, its output shown as it comes; the multirun folder it made. A stop signal to
+def train(args: list[str], announced=None) -> Path:
+    """Run one `mhalab train -m` sweep, its output shown as it comes; the multirun folder it made, also given to
+    `announced` as soon as the launcher names it, before any job starts. A stop signal to
     this process (SIGINT, SIGTERM, SIGHUP) is passed on to the sweep, which stops as it does on SIGTERM (running jobs
     save last.ckpt and an "interrupted" summary); if this process dies however (SIGKILL), the kernel sends the sweep
     SIGTERM (Linux), so no stage trains on unwatched."""
@@ -45,8 +46,10 @@ def train(args: list[str]) -> Path:
         try:
             for line in proc.stdout:
                 sys.stdout.write(line)
-                if "sweep output dir :" in line:
+                if "sweep output dir :" in line and folder is None:
                     folder = Path(line.split("sweep output dir :")[1].strip())
+                    if announced:
+                        announced(folder)
         finally:
             for s, handler in before.items():
                 signal.signal(s, handler)

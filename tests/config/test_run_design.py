@@ -135,6 +135,7 @@ def test_runner_runs_every_stage_with_its_numerics_and_resumes(tmp_path):
     assert state.pop("numerics") == {"avx2": second, "threads2": "threads2"}
     assert sorted(state) == sorted(["A"] + [f"{s} attention.n_kv_heads={k}" for s in ("B", second, "threads2")
                                             for k in (4, 1)])
+    assert all(stage["folder"] == stage["dir"] for stage in state.values())  # announced before its jobs ran
     a_dir = tmp_path / state["A"]["dir"]  # recorded relative to the root
     chosen = {a["label"]: a["chosen"] for a in json.loads((a_dir / "report" / "report.json").read_text())["arms"]}
     curve = (a_dir / "report" / "lr_curve.csv").read_text().splitlines()
@@ -161,7 +162,7 @@ def test_runner_runs_every_stage_with_its_numerics_and_resumes(tmp_path):
     before = json.loads(job.read_text())
     job.unlink()
     full = json.loads((design / "state.json").read_text())
-    full["-"][stage] = {"started": True}
+    full["-"][stage] = {"started": True, "folder": full["-"][stage]["folder"]}
     (design / "state.json").write_text(json.dumps(full))
     saved_to, moved = tmp_path / "saved", tmp_path / "moved"
     keep = [sys.executable, str(REPO / "scripts" / "design_runs.py")]
@@ -397,6 +398,22 @@ def test_a_state_recorded_by_an_older_runner_resumes_under_another_root():
     assert run_design.sweep_part(recorded, "kv_lr_curve") == Path("logs/kv_lr_curve/multiruns/2026-11-26_16-03-52_1")
     assert run_design.sweep_part("logs/kv_lr_curve/multiruns/x", "kv_lr_curve") == Path("logs/kv_lr_curve/multiruns/x")
     assert run_design.sweep_part("other/logs/kv_lr_curve/multiruns/x", "kv_lr_curve") is None
+
+
+def test_a_stage_starts_again_where_its_sweep_was_announced(tmp_path, monkeypatch):
+    """A stage cut off before its sweep named a folder starts afresh (resume=true would find no sweep and stop the
+    design: seen 2026-11-27, a session ended between the two), one whose sweep named its folder resumes exactly that
+    folder under this root, and an older runner's state (no folder key) resumes by its jobs' configs."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import run_design
+
+    monkeypatch.setenv("MHALAB_ROOT", str(tmp_path))
+    assert run_design.resume_args({}, "exp") == []
+    assert run_design.resume_args({"started": True, "folder": None}, "exp") == []
+    assert run_design.resume_args({"started": True}, "exp") == ["resume=true"]
+    sweep = "logs/exp/multiruns/2026-11-27_01-14-08_1"
+    assert run_design.resume_args({"started": True, "folder": sweep}, "exp") == [f"resume={tmp_path.resolve() / sweep}"]
+    assert run_design.bad_state({"-": {"A": {"started": True, "folder": "/etc"}}}, "exp") is not None
 
 
 def _design_tree(root: Path, state: dict, jobs: dict[str, str | None]) -> Path:
