@@ -46,6 +46,7 @@ def train(args: list[str], announced=None) -> Path:
         try:
             for line in proc.stdout:
                 sys.stdout.write(line)
+                sys.stdout.flush()  # a design's log (a file: block-buffered) shows each line as the sweep writes it
                 if "sweep output dir :" in line and folder is None:
                     folder = Path(line.split("sweep output dir :")[1].strip())
                     if announced:
