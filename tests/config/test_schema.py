@@ -3,6 +3,8 @@ raised before anything is written (in process: composing takes a fraction of a s
 
 import pytest
 
+from conftest import slow_except
+
 from mhalab.errors import ConfigError
 from mhalab.runs.preflight import compose, preflight, validate
 from mhalab.architecture import AttentionConfig
@@ -209,7 +211,7 @@ EXPERIMENTS = ["kv_sweep", "head_sweep", "head_dim_sweep"]
 SETUPS = ["mqar_cpu", "mqar_gpu", "lm_gpu"]
 
 
-@pytest.mark.parametrize("experiment", EXPERIMENTS)
+@pytest.mark.parametrize("experiment", slow_except(EXPERIMENTS, keep={"head_dim_sweep"}))  # d_ff matched per arm
 def test_every_sweep_expands_into_checked_parameter_matched_jobs(experiment, root):
     from importlib.resources import files
 

@@ -18,6 +18,7 @@ LAUNCH = re.compile(r"#(\d+) : (.*)$")
 
 
 @pytest.mark.proc  # a real parallel sweep, stopped by a signal
+@pytest.mark.slow  # in the default suite, a basic sweep's launch lines when stopped: test_console's test_a_stopped_sweep_announces_no_job_it_does_not_start
 def test_a_stopped_parallel_sweep_prints_a_launch_line_per_started_job_only(tmp_path, data_cache):
     args = ["-m", "hydra/launcher=parallel", *TINY, *RUN, f"paths.root_dir={tmp_path}", f"data.cache_dir={data_cache}",
             "trainer.max_epochs=100", "trainer.limit_train_batches=4", "seed=0,1,2"]
