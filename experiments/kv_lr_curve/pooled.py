@@ -46,8 +46,10 @@ def median(runs: list[tuple[float, bool]]) -> str:
     return "not reached" if m is None else f"{m:.0f}"
 
 
-def logrank_p(a: list[tuple[float, bool]], b: list[tuple[float, bool]]) -> float:
-    return stats.logrank([s for s, _ in a], [r for _, r in a], [s for s, _ in b], [r for _, r in b])["p"]
+def logrank_p(a: list[tuple[float, bool]], b: list[tuple[float, bool]],
+              arrangements: int | None = None) -> float:
+    return stats.logrank([s for s, _ in a], [r for _, r in a], [s for s, _ in b], [r for _, r in b],
+                         arrangements)["p"]
 
 
 def power(arm: list[tuple[float, bool]], base: list[tuple[float, bool]], n: int, shrink: float,
@@ -56,13 +58,9 @@ def power(arm: list[tuple[float, bool]], base: list[tuple[float, bool]], n: int,
     baseline's by 1 - shrink) whose log-rank p is below 0.05 / 3."""
     log_gap = np.mean([np.log(s) for s, _ in arm]) - np.mean([np.log(s) for s, _ in base])
     moved = [(float(np.round(s * np.exp(-(1 - shrink) * log_gap) / 100) * 100), r) for s, r in arm]  # val every 100
-    saved, stats.ENUMERATE_MAX = stats.ENUMERATE_MAX, ARRANGEMENTS
-    try:
-        hits = sum(logrank_p([moved[i] for i in rng.integers(0, len(moved), n)],
-                             [base[i] for i in rng.integers(0, len(base), n)]) < 0.05 / 3
-                   for _ in range(SIMULATIONS))
-    finally:
-        stats.ENUMERATE_MAX = saved
+    hits = sum(logrank_p([moved[i] for i in rng.integers(0, len(moved), n)],
+                         [base[i] for i in rng.integers(0, len(base), n)], ARRANGEMENTS) < 0.05 / 3
+               for _ in range(SIMULATIONS))
     return hits / SIMULATIONS
 
 

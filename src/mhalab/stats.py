@@ -25,6 +25,7 @@ in `test`, and give the Monte Carlo p (1 + count) / (1 + N), never 0, whose smal
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import asdict, dataclass
@@ -245,9 +246,11 @@ def compare_rates(k1: int, n1: int, k2: int, n2: int) -> dict:
 _NUISANCE = 1001  # grid points of the common rate over which the exact unconditional p is maximised
 
 
+@functools.lru_cache(maxsize=4096)
 def _rate_p_all(n1: int, n2: int, delta: float) -> np.ndarray:
     """(n1 + 1, n2 + 1): the two-sided exact unconditional p of H0 rate1 - rate2 = delta for every outcome (a, b):
-    the largest, over the nuisance rate2, probability of an outcome whose |score| is at least as large."""
+    the largest, over the nuisance rate2, probability of an outcome whose |score| is at least as large. Kept (read
+    only): a report's comparisons share their arms' sizes, so their intervals ask for the same grid of deltas."""
     z = np.abs(_rate_score(n1, n2, delta)).ravel()  # (outcomes,)
     p2 = np.linspace(max(0.0, -delta), min(1.0, 1.0 - delta), _NUISANCE)  # (G,)
     pmf = _binom_pmf(n1, np.clip(p2 + delta, 0, 1))[:, :, None] * _binom_pmf(n2, p2)[:, None, :]  # (G, n1+1, n2+1)
@@ -257,7 +260,9 @@ def _rate_p_all(n1: int, n2: int, delta: float) -> np.ndarray:
     last = np.searchsorted(-zs, -(zs - 1e-9 * (1 + np.where(np.isfinite(zs), zs, 0))), side="right") - 1
     p = np.empty_like(z)
     p[order] = tail[:, last].max(axis=0)
-    return np.minimum(p, 1.0).reshape(n1 + 1, n2 + 1)
+    p = np.minimum(p, 1.0).reshape(n1 + 1, n2 + 1)
+    p.setflags(write=False)
+    return p
 
 
 def _binom_pmf(n: int, p: np.ndarray) -> np.ndarray:
@@ -364,10 +369,11 @@ def kaplan_meier(times, events) -> dict:
             "n": len(t)}
 
 
-def logrank(times_a, events_a, times_b, events_b) -> dict:
+def logrank(times_a, events_a, times_b, events_b, arrangements: int | None = None) -> dict:
     """The log-rank test of two arms' times to an event: the chi-square statistic and its exact permutation p (every
-    assignment of the runs to the two arms), beside the chi-square(1) approximation; `excess` is arm a's observed
-    minus expected events (> 0: a reaches the event sooner than b)."""
+    assignment of the runs to the two arms, or `arrangements` (ENUMERATE_MAX) random ones when there are more), beside the
+    chi-square(1) approximation; `excess` is arm a's observed minus expected events (> 0: a reaches the event sooner
+    than b)."""
     from scipy.stats import chi2
 
     t = np.concatenate([np.asarray(times_a, float), np.asarray(times_b, float)])
@@ -380,7 +386,7 @@ def logrank(times_a, events_a, times_b, events_b) -> dict:
     at_risk = (t[:, None] >= taus[None, :]).astype(float)  # (runs, times)
     died = ((t[:, None] == taus[None, :]) & e[:, None]).astype(float)
     n_all, d_all = at_risk.sum(0), died.sum(0)
-    groups, exact = _group_patterns(n, m)
+    groups, exact = _group_patterns(n, m, arrangements)
     mask = np.zeros((len(groups), n + m))
     np.put_along_axis(mask, groups, 1.0, axis=1)
     mask = np.vstack([np.r_[np.ones(n), np.zeros(m)], mask])  # row 0: the observed assignment
@@ -420,12 +426,14 @@ def _sign_patterns(n: int) -> tuple[np.ndarray, bool]:
     return np.random.default_rng(0).choice((1.0, -1.0), size=(ENUMERATE_MAX, n)), False
 
 
-def _group_patterns(n: int, m: int) -> tuple[np.ndarray, bool]:
-    """(patterns, n): the indices of arm A among n + m runs, for every assignment or ENUMERATE_MAX random ones."""
-    if math.comb(n + m, n) <= ENUMERATE_MAX:
+def _group_patterns(n: int, m: int, most: int | None = None) -> tuple[np.ndarray, bool]:
+    """(patterns, n): the indices of arm A among n + m runs, for every assignment or `most` (ENUMERATE_MAX) random
+    ones."""
+    most = most or ENUMERATE_MAX
+    if math.comb(n + m, n) <= most:
         return np.array(list(itertools.combinations(range(n + m), n)), dtype=np.int64).reshape(-1, n), True
     rng = np.random.default_rng(0)
-    return np.argsort(rng.random((ENUMERATE_MAX, n + m)), axis=1)[:, :n], False
+    return np.argsort(rng.random((most, n + m)), axis=1)[:, :n], False
 
 
 def _p_of(count: int, total: int, exact: bool) -> float:

@@ -59,6 +59,8 @@ def test_a_monte_carlo_p_is_never_0(monkeypatch):
     t = inf.tost(np.full(12, 0.001) + np.linspace(0, 1e-4, 12), margin=0.02)
     assert 1 / 1000 <= t["p"] <= 2 / 1000 and t["p_min"] == pytest.approx(1 / 1000) and t["equivalent"]
     assert min(inf.holm([c.p, lr["p"]])) > 0
+    lr = inf.logrank(list(range(1, 9)), [True] * 8, list(range(100, 108)), [True] * 8, arrangements=99)
+    assert "random" in lr["test"] and lr["p"] >= 1 / 100 and lr["p_min"] == pytest.approx(1 / 100)  # a caller's N
 
 
 def test_an_exact_p_keeps_its_share():
