@@ -29,7 +29,6 @@ import argparse
 import gzip
 import io
 import json
-import os
 import sys
 import tarfile
 import time
@@ -49,7 +48,7 @@ MAX_BYTES = 1 << 28  # restore reads at most this much (a design's archives hold
 
 
 def logs_root() -> Path:
-    return Path(os.environ.get("MHALAB_ROOT", ".")) / "logs"
+    return run_design.root() / "logs"
 
 
 def finished(job: Path) -> bool:
@@ -102,7 +101,7 @@ def save(experiment: str, to: Path) -> None:
     why = run_design.bad_state(recorded, experiment)
     if why:
         sys.exit(f"save {experiment}: {state}: {why}")
-    done = {logs_root().parent / run_design.sweep_part(d, experiment)  # sweeps that have ended
+    done = {run_design.sweep_here(d, experiment)  # sweeps that have ended
             for _, _, d in run_design.stage_dirs(recorded)}
     rest = [f for f in files_under(task_dir / "design") if not f.relative_to(task_dir / "design").parts[0].startswith(
         "code-")]

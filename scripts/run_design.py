@@ -175,6 +175,11 @@ def sweep_part(recorded: str, task: str) -> Path | None:
     return None
 
 
+def sweep_here(recorded: str, task: str) -> Path:
+    """A recorded stage folder as it lies under this root (the state was checked by bad_state when it was read)."""
+    return root() / sweep_part(recorded, task)
+
+
 def relative(d: Path) -> Path:
     """d relative to the root when it lies under it: the state then holds on another machine or checkout
     (scripts/design_runs.py carries it)."""
@@ -192,7 +197,7 @@ def resume_args(stage: dict, task: str) -> list[str]:
         return []
     if "folder" not in stage:
         return ["resume=true"]
-    return [f"resume={(root() / sweep_part(stage['folder'], task)).resolve()}"]  # checked when the state was read
+    return [f"resume={sweep_here(stage['folder'], task).resolve()}"]
 
 
 def plan(experiment: str, stratum: list[str], config_dir: str | None = None) -> dict:
@@ -251,7 +256,7 @@ def run_stratum(experiment: str, stratum: list[str], p: dict, numerics: list[str
     def stage(name: str, args: list[str], env: dict | None = None) -> Path:
         if name in done and done[name].get("dir"):
             print(f"[{key}] {name}: done, {done[name]['dir']}", flush=True)
-            return root() / sweep_part(done[name]["dir"], p["task_name"])  # checked when the state was read
+            return sweep_here(done[name]["dir"], p["task_name"])
         before = done.get(name, {})
         resume = resume_args(before, p["task_name"])
         done[name] = {"started": True, "folder": before.get("folder")}
