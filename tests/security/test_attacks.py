@@ -132,7 +132,14 @@ REFUSED = {
 }
 
 
-@pytest.mark.parametrize("name", list(REFUSED))
+# One vector of each kind in the default suite, every vector under `pytest -m slow` (CI runs both).
+DEFAULT_REFUSED = {"escaped oc.create in a logger setting (file)", "escaped oc.create in a sweep job",
+                   "WANDB_MODE through env_set (command line)", "HF_ENDPOINT through env_set and env_copy (file)",
+                   "data.path http:// on the listener", "optuna storage sqlite+pysqlite",
+                   "task_name with a line break", "lr negative zero", "d_model beyond the machine's memory"}
+
+
+@pytest.mark.parametrize("name", slow_except(REFUSED, DEFAULT_REFUSED))
 def test_a_refused_vector_is_one_sentence_and_nothing_runs_or_is_written(ws, data_cache, listener, name):
     port_in(ws, listener.port)
     args, says = REFUSED[name]
@@ -182,7 +189,9 @@ OVERWRITES = {  # name -> (how the target is made, arguments with {run}, the one
 }
 
 
-@pytest.mark.parametrize("name", list(OVERWRITES))
+@pytest.mark.parametrize("name", slow_except(OVERWRITES, {  # one of each target and outcome; -m slow: all
+    "run dir through a symbolic link", "sweep whose job folder is a finished run", "resume of a finished run",
+    "lock symlink, resume of a finished run", "lock hard link, a folder without a run"}))
 def test_a_finished_run_and_the_file_behind_a_lock_link_stay_byte_identical(ws, data_cache, name):
     how, args, says = OVERWRITES[name]
     key = name.replace(" ", "_").replace(",", "")
