@@ -29,6 +29,7 @@ the design then needs a longer budget, declared before anything more runs.
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import os
@@ -107,9 +108,15 @@ def extract_src(commit: str, code: Path) -> None:
 
 
 def capability(env: dict) -> str:
-    """torch's CPU kernels (`torch.backends.cpu.get_cpu_capability()`) in a process with `env` added."""
+    """torch's CPU kernels (`torch.backends.cpu.get_cpu_capability()`) in a process with `env` added (asked once
+    per environment: each answer is a process that imports torch)."""
+    return _capability(tuple(sorted(env.items())))
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(env: tuple[tuple[str, str], ...]) -> str:
     r = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
-                       env={**os.environ, **env}, capture_output=True, text=True, check=True)
+                       env={**os.environ, **dict(env)}, capture_output=True, text=True, check=True)
     return r.stdout.strip()
 
 
