@@ -27,7 +27,8 @@ def _number(x: float) -> float | int:
 
 
 def curve(rows: list[dict]) -> list[dict]:
-    """One row per (arm, learning rate): runs, runs reaching the threshold, median steps of those."""
+    """One row per (arm, learning rate): runs, runs reaching the threshold, median steps of those; arms in the order
+    runs.csv gives them (the report's: d_head 8, 16, 32, 64, not as text sorts them), rates ascending."""
     cells: dict[tuple[str, float], list[dict]] = {}
     for r in rows:
         lr = [float(o.split("=")[1]) for o in r["cell"].split(", ") if o.startswith("optim.lr=")]
@@ -35,7 +36,8 @@ def curve(rows: list[dict]) -> list[dict]:
             sys.exit(f"runs.csv cell {r['cell']!r} has no optim.lr: this is not a learning-rate sweep")
         cells.setdefault((r["arm"], lr[0]), []).append(r)
     out = []
-    for (arm, lr), rs in sorted(cells.items()):
+    order = {arm: i for i, arm in enumerate(dict.fromkeys(r["arm"] for r in rows))}
+    for (arm, lr), rs in sorted(cells.items(), key=lambda c: (order[c[0][0]], c[0][1])):
         steps = [int(float(r["threshold_step"])) for r in rs if r["reached"] == "True" and r["threshold_step"]]
         out.append({"arm": arm, "lr": lr, "runs": len(rs), "reached": len(steps),
                     "median_steps": _number(statistics.median(steps)) if steps else None,

@@ -17,12 +17,12 @@ def test_curve_counts_runs_reaching_and_takes_the_median_of_their_steps(tmp_path
             row("attention.n_kv_heads=4", 0.003, True, 400), row("attention.n_kv_heads=4", 0.003, True, 800),
             row("attention.n_kv_heads=4", 0.003, True, 600), row("attention.n_kv_heads=1", 0.003, False, None)]
     points = lr_curve.curve(rows)
-    assert points == [
-        {"arm": "attention.n_kv_heads=1", "lr": 0.003, "runs": 1, "reached": 0, "median_steps": None, "steps": "",
-         "chosen": False},
+    assert points == [  # arms in the order of the rows (the report's), rates ascending
         {"arm": "attention.n_kv_heads=4", "lr": 0.001, "runs": 2, "reached": 1, "median_steps": 1200,
          "steps": "1200", "chosen": False},
         {"arm": "attention.n_kv_heads=4", "lr": 0.003, "runs": 3, "reached": 3, "median_steps": 600,
-         "steps": "400 600 800", "chosen": True}]
+         "steps": "400 600 800", "chosen": True},
+        {"arm": "attention.n_kv_heads=1", "lr": 0.003, "runs": 1, "reached": 0, "median_steps": None, "steps": "",
+         "chosen": False}]
     lr_curve.plot(points, tmp_path / "c.png")
     assert (tmp_path / "c.png").stat().st_size > 0
