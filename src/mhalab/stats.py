@@ -371,9 +371,9 @@ def kaplan_meier(times, events) -> dict:
 
 def logrank(times_a, events_a, times_b, events_b, arrangements: int | None = None) -> dict:
     """The log-rank test of two arms' times to an event: the chi-square statistic and its exact permutation p (every
-    assignment of the runs to the two arms, or `arrangements` (ENUMERATE_MAX) random ones when there are more), beside the
-    chi-square(1) approximation; `excess` is arm a's observed minus expected events (> 0: a reaches the event sooner
-    than b)."""
+    assignment of the runs to the two arms, or `arrangements` (ENUMERATE_MAX) random ones when there are more),
+    beside the chi-square(1) approximation; `excess` is arm a's observed minus expected events (> 0: a reaches the
+    event sooner than b)."""
     from scipy.stats import chi2
 
     t = np.concatenate([np.asarray(times_a, float), np.asarray(times_b, float)])
