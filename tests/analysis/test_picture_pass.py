@@ -97,6 +97,7 @@ def _arm(label, histories):
 
     runs = [SimpleNamespace(summary=SimpleNamespace(history=h)) for h in histories]
     chosen = SimpleNamespace(runs=runs, label="-", threshold=lambda: None)
+    chosen.at_stage = lambda stage: chosen  # a sweep without stages: its runs are stage "A+B", in both
     return SimpleNamespace(label=label, chosen=chosen)
 
 

@@ -102,3 +102,23 @@ def test_a_reference_level_far_off_the_runs_is_named_with_its_side_not_drawn():
     labels = [ln.get_label() for ln in ax.get_lines()]
     assert "unigram bpb: 4.55 (above the scale)" in labels
     assert ax.get_ylim()[1] < 3.5  # the runs keep the scale
+
+
+def test_reached_and_curves_draw_the_runs_the_comparisons_test(tmp_path, monkeypatch):
+    """With declared stages, the Kaplan-Meier curve and the learning curves are of the stage-B runs (each legend's
+    median and run count is the table's), not of the stage-A runs that chose the value."""
+    from mhalab.report import figures
+
+    defaults = _tests("test_report_defaults")
+    drawn = {}
+    save = figures._save
+    monkeypatch.setattr(figures, "_save", lambda fig, path: drawn.setdefault(path.name, fig) and save(fig, path))
+    sel = [0, 1]
+    steps = {0: 100, 1: 200, 2: 700, 3: 800, 4: 900, 5: 1000}  # stage A fast: with them the median would be 750
+    runs = [defaults._run(g, s, 1e-3, steps[s], 0.95, sel) for g in (8, 1) for s in range(6)]
+    defaults._write(tmp_path, runs)
+    report([tmp_path], baseline="attention.n_kv_heads=8")
+    reached = [t.get_text() for t in drawn["reached.png"].axes[0].get_legend().get_texts()]
+    assert reached and all(t.endswith("median 800") for t in reached), reached  # 700, 800, 900, 1000: the table's
+    curves = [t.get_text() for t in drawn["curves.png"].axes[0].get_legend().get_texts() if "median" in t.get_text()]
+    assert len(curves) == 2 and all(t.endswith("median of 4 runs") for t in curves), curves

@@ -21,6 +21,13 @@ def short(label: str) -> str:
 INTERVAL = inf.MEAN_CI_NAME
 
 
+def tested(a: Arm) -> Cell:
+    """The runs an arm's comparisons use: its fresh (stage B) runs at the chosen cell, or every run there when none is
+    fresh (a stage-A report, or an experiment without stages)."""
+    fresh = a.chosen.at_stage("B")
+    return fresh if fresh.runs else a.chosen
+
+
 def arm_name(a: Arm) -> str:
     """An arm in a legend: its short label, and its chosen cell's when a key was tuned."""
     cell = a.chosen.label
@@ -113,7 +120,8 @@ def tuning(arms: list[Arm], metric: str, out: Path) -> Path | None:
 
 
 def curves(arms: list[Arm], metric: str, out: Path) -> Path | None:
-    """The metric at every validation of every run at its arm's chosen cell; the arm's median over runs bold."""
+    """The metric at every validation of every tested run at its arm's chosen cell (`tested`: the same runs as the
+    comparisons); the arm's median over runs bold."""
     import numpy as np
 
     colors = _colors(arms)
@@ -121,7 +129,7 @@ def curves(arms: list[Arm], metric: str, out: Path) -> Path | None:
     ax = fig.add_subplot()
     drawn = False
     for a in arms:
-        runs = [r for r in a.chosen.runs if metric in (r.summary.history or {})]
+        runs = [r for r in tested(a).runs if metric in (r.summary.history or {})]
         steps = sorted({s for r in runs for s in r.summary.history["step"]})
         marker = "o" if len(steps) <= 20 else None  # a few validations (one: a lone point) stay visible
         for r in runs:
@@ -156,15 +164,16 @@ def _carry(history: dict, metric: str, step: float) -> float:
 
 
 def reached(arms: list[Arm], out: Path) -> Path | None:
-    """Kaplan-Meier: the fraction of runs that reached the threshold by each step, per arm."""
-    if arms[0].chosen.km() is None:
+    """Kaplan-Meier: the fraction of runs that reached the threshold by each step, per arm, over the runs its
+    comparisons use (`tested`), so each median is the table's."""
+    if tested(arms[0]).km() is None:
         return None
     colors = _colors(arms)
     fig = _fig(8, 4)
     ax = fig.add_subplot()
     for a in arms:
-        km = a.chosen.km()
-        budget = max(r.steps() for r in a.chosen.runs)
+        km = tested(a).km()
+        budget = max(r.steps() for r in tested(a).runs)
         xs, ys = km["steps"] + [budget], [1 - s for s in km["survival"]] + [1 - km["survival"][-1]]
         ax.step(xs, ys, where="post", color=colors[a.label], lw=2, label=f"{arm_name(a)}: median {_med(km)}")
     ax.set_ylim(-0.03, 1.03)
