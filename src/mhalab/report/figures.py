@@ -166,14 +166,15 @@ def _carry(history: dict, metric: str, step: float) -> float:
 def reached(arms: list[Arm], out: Path) -> Path | None:
     """Kaplan-Meier: the fraction of runs that reached the threshold by each step, per arm, over the runs its
     comparisons use (`tested`), so each median is the table's."""
-    if tested(arms[0]).km() is None:
+    cells = [tested(a) for a in arms]
+    kms = [c.km() for c in cells]
+    if kms[0] is None:
         return None
     colors = _colors(arms)
     fig = _fig(8, 4)
     ax = fig.add_subplot()
-    for a in arms:
-        km = tested(a).km()
-        budget = max(r.steps() for r in tested(a).runs)
+    for a, cell, km in zip(arms, cells, kms):
+        budget = max(r.steps() for r in cell.runs)
         xs, ys = km["steps"] + [budget], [1 - s for s in km["survival"]] + [1 - km["survival"][-1]]
         ax.step(xs, ys, where="post", color=colors[a.label], lw=2, label=f"{arm_name(a)}: median {_med(km)}")
     ax.set_ylim(-0.03, 1.03)
@@ -198,16 +199,16 @@ def final(arms: list[Arm], metric: str, out: Path, levels: dict | None = None) -
     ax = fig.add_subplot()
     ticks, chose_label = [], "stage A: chose the value, not tested"
     for i, a in enumerate(arms):
-        tested = a.chosen.at_stage("B")
+        fresh = a.chosen.at_stage("B")
         chose = [r for r in a.chosen.runs if r.stage == "A"]
         ticks.append(short(a.label) + (f"\n{short(a.chosen.label)}" if a.chosen.label != "-" else "")
-                     + f"\n{len(tested.runs)} runs" + (f" (+{len(chose)} stage A)" if chose else ""))
+                     + f"\n{len(fresh.runs)} runs" + (f" (+{len(chose)} stage A)" if chose else ""))
         if chose:
             vals = [v for v in Cell(a.chosen.cell, chose, a.chosen.metric).values(metric) if v is not None]
             ax.plot([i - 0.2] * len(vals), vals, "o", mfc="none", color=colors[a.label], alpha=0.7, ms=5,
                     label=chose_label)
             chose_label = None  # one legend entry
-        vals = [v for v in tested.values(metric) if v is not None]
+        vals = [v for v in fresh.values(metric) if v is not None]
         if not vals:
             continue
         jitter = [i + 0.06 * ((k % 5) - 2) for k in range(len(vals))]
