@@ -9,22 +9,27 @@ beside the README): from `mhalab report`'s `report.md` (a report.json beside it)
 tuning, comparison and head sections; from any other generated file (`mhalab ablate`'s pruning.md, `mhalab
 convert`'s conversion.md, `mhalab bench`'s report.md) the whole file below its title. experiments/README.md
 marks `<!-- experiments table -->` ... `<!-- end experiments table -->`, filled by
-`mhalab report --table experiments/*/results/report.json`.
+`mhalab report --table experiments/*/results/report.json`, and `<!-- verdicts table -->` ... `<!-- end verdicts
+table -->`, filled by `mhalab report --table experiments/**/stability.json` (every design's verdicts under its
+numerics).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
 
 from mhalab.report.command import experiments_table
+from mhalab.report.numerics import verdicts_table
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ("## Design (read from the runs)", "## Each arm at each tuned value (validation)",
             "## Comparisons with the baseline", "## Head statistics per arm")
 BLOCK = re.compile(r"(<!-- generated from (\S+\.md) -->\n)(.*?)(<!-- end generated -->)", re.S)
 TABLE = re.compile(r"(<!-- experiments table -->\n)(.*?)(<!-- end experiments table -->)", re.S)
+VERDICTS = re.compile(r"(<!-- verdicts table -->\n)(.*?)(<!-- end verdicts table -->)", re.S)
 
 
 def sections(report_md: str) -> str:
@@ -43,6 +48,14 @@ def generated(source: Path) -> str:
     return re.sub(r"(?m)^(#+ )", r"#\1", body).rstrip() + "\n"
 
 
+def designs_stability() -> list[Path]:
+    """Every experiments/**/stability.json but one whose reports another holds too (gpu/h100's fp32 and bf16 are
+    two of kv_sweep64's three numerics): the larger table reads them all."""
+    files = sorted(f.relative_to(ROOT) for f in ROOT.glob("experiments/**/stability.json"))
+    sources = {f: set(json.loads((ROOT / f).read_text())["sources"]) for f in files}
+    return [f for f in files if not any(sources[f] < sources[g] for g in files)]
+
+
 def expected() -> dict[Path, str]:
     out = {}
     for readme in sorted(ROOT.glob("experiments/*/README.md")):
@@ -52,7 +65,10 @@ def expected() -> dict[Path, str]:
     files = sorted(ROOT.glob("experiments/*/results/report.json"))
     main = ROOT / "experiments" / "README.md"
     table = experiments_table(files).replace("](experiments/", "](")  # its links, from beside the experiments
-    out[main] = TABLE.sub(lambda m: m.group(1) + table + "\n" + m.group(3), main.read_text())
+    stability = designs_stability()
+    verdicts = verdicts_table(stability).replace("](experiments/", "](")
+    text = TABLE.sub(lambda m: m.group(1) + table + "\n" + m.group(3), main.read_text())
+    out[main] = VERDICTS.sub(lambda m: m.group(1) + verdicts + "\n" + m.group(3), text)
     return out
 
 

@@ -74,6 +74,22 @@ def test_the_command_writes_stability_beside_the_reports_and_refuses_reports_of_
     assert named["numerics"] == ["default", "avx2"] and named["sources"] == [str(files[0]), str(files[1])]
 
 
+def test_the_verdicts_table_has_one_row_per_comparison_with_each_numerics_and_refuses_mixed_files(tmp_path, capsys):
+    files = [design(tmp_path, "B", 0.05), design(tmp_path, "avx2", 0.04, "AVX2"), design(tmp_path, "threads2", 0.0)]
+    numerics.write(numerics.stability(files[:2]), tmp_path / "two")
+    numerics.write(numerics.stability(files), tmp_path / "three")
+    tables = [tmp_path / "two" / "stability.json", tmp_path / "three" / "stability.json"]
+    assert report_command(ReportOptions(dirs=tables, table=True)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("| design | arm vs baseline | endpoint | numerics |") and len(lines) == 2 + 3 + 3
+    final = [line for line in lines if "final test/acc" in line]
+    assert "| B / avx2 | 0.050 / 0.040 |" in final[0] and final[0].endswith("| **stable: separated, arm higher** |")
+    assert "| B / avx2 / threads2 | 0.050 / 0.040 / 0.000 |" in final[1] and final[1].endswith("| flips: no verdict |")
+    assert f"]({(tmp_path / 'three').as_posix()}/stability.md)" in final[1]
+    with pytest.raises(ConfigError, match="not both"):
+        report_command(ReportOptions(dirs=[tables[0], files[0]], table=True))
+
+
 def test_a_link_at_an_output_name_is_refused_not_followed(tmp_path):
     files = [design(tmp_path, "B", 0.05), design(tmp_path, "avx2", 0.05)]
     target = tmp_path / "elsewhere.md"

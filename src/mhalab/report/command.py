@@ -387,7 +387,11 @@ def log_wandb(records: list[dict], comparisons: list[dict], group: str, project:
 def report_command(o: ReportOptions) -> int:
     """`mhalab report`: `report` on the options, its Markdown printed (or, with --table, the experiments table)."""
     if o.table:
-        print(experiments_table(o.dirs))
+        stability = [Path(f).name == "stability.json" for f in o.dirs]
+        if any(stability) and not all(stability):
+            raise ConfigError("--table: give report.json files (the experiments table) or stability.json files (the "
+                              "verdicts table), not both")
+        print(numerics.verdicts_table(o.dirs) if any(stability) else experiments_table(o.dirs))
         return 0
     if o.numerics:
         given = [f"--{k.replace('_', '-')}" for k in ("same_arm", "metric", "baseline") if getattr(o, k)]

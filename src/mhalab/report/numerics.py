@@ -109,6 +109,29 @@ def stability(files: list[Path]) -> dict:
             "environment": {name: environment(Path(f)) for name, f in zip(names, files)}, "rows": rows}
 
 
+def verdict_words(row: dict) -> str:
+    """A stability row's verdict as the tables print it."""
+    return {True: f"stable: {row['verdict']}", False: "flips: no verdict", None: "no test under any numerics"}[
+        row["stable"]]
+
+
+def verdicts_table(files: list[Path]) -> str:
+    """experiments/README.md's verdicts table from stability.json files: one row per comparison, each numerics'
+    Holm p and the verdict across them (stable verdicts in bold)."""
+    t = Table(["design", "arm vs baseline", "endpoint", "numerics", "difference under each", "Holm p under each",
+               "verdict"])
+    for f in files:
+        result = json.loads(Path(f).read_text())
+        folder = Path(f).parent.as_posix()
+        name, names = folder.removeprefix("experiments/"), result["numerics"]
+        for r in result["rows"]:
+            diffs = ("-" if r[f"{n}/estimate"] is None else f"{r[f'{n}/estimate']:.3f}" for n in names)
+            t.add([f"[{name}]({folder}/stability.md)", f"{r['arm']} vs {r['baseline']}", r["endpoint"],
+                   " / ".join(names), " / ".join(diffs), " / ".join(fmt_p(r[f"{n}/p_holm"]) for n in names),
+                   verdict_words(r)], bold=(6,) if r["stable"] else ())
+    return t.markdown().replace("\\[", "[").replace("\\]", "]")
+
+
 def markdown(result: dict) -> str:
     names = result["numerics"]
     t = Table(["arm vs baseline", "endpoint", *(f"{n}: difference [95% CI], Holm p" for n in names), "verdict"])
@@ -116,8 +139,7 @@ def markdown(result: dict) -> str:
         t.add([f"{r['arm']} vs {r['baseline']}", r["endpoint"],
                *(f"{interval(r[f'{n}/estimate'], r[f'{n}/ci95_low'], r[f'{n}/ci95_high'])}, "
                  f"{fmt_p(r[f'{n}/p_holm'])}: {r[f'{n}/verdict']}" for n in names),
-               {True: f"stable: {r['verdict']}", False: "flips: no verdict", None: "no test under any numerics"}[
-                   r["stable"]]], bold=(len(names) + 2,))
+               verdict_words(r)], bold=(len(names) + 2,))
     env = Table(["numerics", *(k for k in next(iter(result["environment"].values())))])
     for n, e in result["environment"].items():
         env.add([n, *e.values()])

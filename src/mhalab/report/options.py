@@ -25,8 +25,9 @@ class ReportOptions:
     wandb: bool = option(False, "also log the configurations to wandb (offline)")
     wandb_project: str = option("mhalab")
     plots: bool = option(True, "the pictures (--no-plots: none)")
-    table: bool = option(False, "print the experiments table of README.md from the given report.json files instead "
-                                "(experiments/*/results/report.json)")
+    table: bool = option(False, "print a table of experiments/README.md instead: the experiments table from "
+                                "report.json files (experiments/*/results/report.json), or the verdicts table from "
+                                "stability.json files (experiments/**/stability.json)")
     numerics: bool = option(False, "compare the given report.json files (or ablation.json) of one design under "
                                    "different numerics, each as NAME:path (or a path in report-NAME/): each "
                                    "verdict stable or flipping (stability.md)")
