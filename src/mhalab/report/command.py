@@ -385,7 +385,8 @@ def log_wandb(records: list[dict], comparisons: list[dict], group: str, project:
 # -- entry points --------------------------------------------------------------------------------------------------
 
 def report_command(o: ReportOptions) -> int:
-    """`mhalab report`: `report` on the options, its Markdown printed (or, with --table, the experiments table)."""
+    """`mhalab report`: `report` on the options, its Markdown printed (or, with --table, the experiments table of
+    report.json files or the verdicts table of stability.json files)."""
     if o.table:
         stability = [Path(f).name == "stability.json" for f in o.dirs]
         if any(stability) and not all(stability):

@@ -125,7 +125,7 @@ def verdicts_table(files: list[Path]) -> str:
         folder = Path(f).parent.as_posix()
         name, names = folder.removeprefix("experiments/"), result["numerics"]
         for r in result["rows"]:
-            diffs = ("-" if r[f"{n}/estimate"] is None else f"{r[f'{n}/estimate']:.3f}" for n in names)
+            diffs = (interval(r[f"{n}/estimate"], None, None) for n in names)
             t.add([f"[{name}]({folder}/stability.md)", f"{r['arm']} vs {r['baseline']}", r["endpoint"],
                    " / ".join(names), " / ".join(diffs), " / ".join(fmt_p(r[f"{n}/p_holm"]) for n in names),
                    verdict_words(r)], bold=(6,) if r["stable"] else ())
