@@ -175,6 +175,20 @@ def test_stage_a_chooses_and_freezes_stage_b_alone_is_tested(tmp_path):
     assert inf.compare_rates(k_a, 5, 5, 5)["p"] == pytest.approx(by["rate"]["p"], abs=1e-12)
 
 
+def test_a_stage_a_alone_says_nothing_is_tested_yet(tmp_path):
+    """A declared design after stage A only (every seed a selection seed): each arm's value is chosen, no comparison
+    is tested, and the stages sentence says no fresh seed has run, not "the fresh seeds none"."""
+    from mhalab.report.command import report
+
+    sel = [0, 1, 2]
+    _write(tmp_path, [_run(g, s, 1e-3, 800 + 50 * s, 0.95, sel) for g in (8, 1) for s in sel])
+    r = report([tmp_path], baseline="attention.n_kv_heads=8", plots=False)
+    assert "seeds 0-2 (stage A)" in r["markdown"]
+    assert "which use only fresh (stage B) seeds: none has run yet, so nothing is tested." in r["markdown"]
+    assert "seeds none" not in r["markdown"]
+    assert all(c["p"] is None and "no test" in c["verdict"] for c in r["comparisons"])
+
+
 def test_selection_seeds_are_integers_in_one_sentence():
     from mhalab.config.schema import EndpointConfig
     from mhalab.errors import ConfigError

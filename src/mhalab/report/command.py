@@ -255,8 +255,10 @@ def stages_text(arms: list[Arm], tuned: bool) -> str:
     if any(r.stage != "A+B" for r in runs):
         a_seeds = sorted({r.seed for r in runs if r.stage == "A"}, key=seed_order)
         b_seeds = sorted({r.seed for r in runs if r.stage == "B"}, key=seed_order)
+        tested = (f"which use only the fresh seeds {_seed_range(b_seeds)} (stage B)" if b_seeds
+                  else "which use only fresh (stage B) seeds: none has run yet, so nothing is tested")
         return (f"Stages: seeds {_seed_range(a_seeds) or 'none'} (stage A) chose each arm's value, frozen before "
-                f"the comparisons, which use only the fresh seeds {_seed_range(b_seeds) or 'none'} (stage B).")
+                f"the comparisons, {tested}.")
     if tuned:
         return ("Selection re-used: each arm's value was chosen on the same seeds its comparisons use, which favours "
                 "the chosen values; declare endpoint.selection_seeds and run fresh seeds to test the choice.")
