@@ -64,9 +64,8 @@ def expected() -> dict[Path, str]:
             out[readme] = BLOCK.sub(lambda m: m.group(1) + generated(readme.parent / m.group(2)) + m.group(4), text)
     files = sorted(ROOT.glob("experiments/*/results/report.json"))
     main = ROOT / "experiments" / "README.md"
-    table = experiments_table(files).replace("](experiments/", "](")  # its links, from beside the experiments
-    stability = designs_stability()
-    verdicts = verdicts_table(stability).replace("](experiments/", "](")
+    table = experiments_table(files, base=main.parent)  # its links, from beside the experiments
+    verdicts = verdicts_table(designs_stability(), base=main.parent)
     text = TABLE.sub(lambda m: m.group(1) + table + "\n" + m.group(3), main.read_text())
     out[main] = VERDICTS.sub(lambda m: m.group(1) + verdicts + "\n" + m.group(3), text)
     return out

@@ -9,8 +9,10 @@ from __future__ import annotations
 import csv
 import html
 import math
+import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
+from urllib.parse import quote
 
 MAX_CELL = 300
 
@@ -59,8 +61,25 @@ def interval(mean: float | None, lo: float | None, hi: float | None, digits: int
     return f"{mean:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
+def relative(target: Path, base: Path) -> str:
+    """target's path as seen from the folder base (both resolved: either may be relative to the working folder)."""
+    return Path(os.path.relpath(Path(target).resolve(), Path(base).resolve())).as_posix()
+
+
+class Link(NamedTuple):
+    """A cell that links to a file or folder: its text escaped as any cell's, its target a relative URL."""
+
+    text: str
+    target: Path
+    base: Path = Path(".")  # the folder the table is read from: the link is relative to it
+
+    @property
+    def href(self) -> str:
+        return quote(relative(self.target, self.base) + ("/" if Path(self.target).is_dir() else ""))
+
+
 class Table:
-    """A header and rows of already formatted cells (strings); `bold` marks cells to emphasise."""
+    """A header and rows of already formatted cells (strings, or a Link); `bold` marks cells to emphasise."""
 
     def __init__(self, header: Sequence[str]):
         self.header = list(header)
@@ -70,12 +89,12 @@ class Table:
     def add(self, cells: Sequence[Any], bold: Sequence[int] = ()) -> None:
         if len(cells) != len(self.header):
             raise ValueError(f"a row of {len(cells)} cells for {len(self.header)} columns")
-        self.rows.append([str(c) for c in cells])
+        self.rows.append([c if isinstance(c, Link) else str(c) for c in cells])
         self.bold |= {(len(self.rows) - 1, j) for j in bold}
 
     def markdown(self) -> str:
         def cell(i, j, c):
-            c = md_escape(c)
+            c = f"[{md_escape(c.text)}]({c.href})" if isinstance(c, Link) else md_escape(c)
             return f"**{c}**" if (i, j) in self.bold and c not in ("", "-") else c
 
         lines = ["| " + " | ".join(md_escape(h) for h in self.header) + " |", "|" + "---|" * len(self.header)]
@@ -84,7 +103,8 @@ class Table:
 
     def html(self) -> str:
         def cell(i, j, c):
-            c = html.escape(_one_line(c))
+            c = (f"<a href='{html.escape(c.href)}'>{html.escape(_one_line(c.text))}</a>" if isinstance(c, Link)
+                 else html.escape(_one_line(c)))
             return f"<td><b>{c}</b></td>" if (i, j) in self.bold else f"<td>{c}</td>"
 
         head = "".join(f"<th>{html.escape(h)}</th>" for h in self.header)

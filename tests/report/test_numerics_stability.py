@@ -4,6 +4,7 @@ the environment its tested runs recorded (issue 27: a verdict that flips on anot
 import csv
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -85,7 +86,10 @@ def test_the_verdicts_table_has_one_row_per_comparison_with_each_numerics_and_re
     final = [line for line in lines if "final test/acc" in line]
     assert "| B / avx2 | 0.050 / 0.040 |" in final[0] and final[0].endswith("| **stable: separated, arm higher** |")
     assert "| B / avx2 / threads2 | 0.050 / 0.040 / 0.000 |" in final[1] and final[1].endswith("| flips: no verdict |")
-    assert f"]({(tmp_path / 'three').as_posix()}/stability.md)" in final[1]
+    seen_from_here = os.path.relpath(tmp_path / "three", Path.cwd())  # the CLI's links: from the working folder
+    assert f"[{seen_from_here}]({seen_from_here}/stability.md)" in final[1]
+    beside = numerics.verdicts_table(tables, base=tmp_path)  # from the folder the table is read in (embed_reports)
+    assert "| [three](three/stability.md) |" in beside and "| [two](two/stability.md) |" in beside
     with pytest.raises(ConfigError, match="not both"):
         report_command(ReportOptions(dirs=[tables[0], files[0]], table=True))
 

@@ -183,6 +183,19 @@ def test_markdown_from_run_files_is_escaped(tmp_path):
     assert md_escape("a|b<c>") == "a\\|b&lt;c&gt;"
 
 
+def test_a_link_cell_escapes_its_text_and_links_relative_to_where_the_table_is_read(tmp_path):
+    from mhalab.tables import Link, Table
+
+    (tmp_path / "a b").mkdir()
+    t = Table(["design", "x"])
+    t.add([Link("a|*b*", tmp_path / "a b", tmp_path), "[1, 2]"])
+    t.add([Link("<s>", tmp_path / "a b" / "stability.md", tmp_path / "a b"), "-"])
+    md = t.markdown().splitlines()
+    assert md[2] == "| [a\\|\\*b\\*](a%20b/) | \\[1, 2\\] |"  # a folder's link ends in /; other cells escaped
+    assert md[3] == "| [&lt;s&gt;](stability.md) | - |"
+    assert "<td><a href='a%20b/'>a|*b*</a></td>" in t.html() and "<s>" not in t.html()
+
+
 def test_missing_dir_is_one_sentence_and_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["report", str(tmp_path / "nope")])

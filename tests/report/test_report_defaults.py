@@ -241,6 +241,7 @@ def test_the_experiments_table_marks_a_recorded_newcombe_interval(tmp_path):
     for f, test in ((recorded, "Fisher's exact test"), (now, "exact unconditional score test (Barnard)")):
         f.parent.mkdir(parents=True)
         f.write_text(json.dumps({"comparisons": [{**row, "test": test}]}))
-    old_line, new_line = experiments_table([recorded, now]).splitlines()[2:]
-    assert "-0.400 [-0.687, -0.038] Newcombe, not from the test | Fisher's exact test" in old_line
-    assert "Newcombe" not in new_line and "-0.400 [-0.687, -0.038] |" in new_line
+    old_line, new_line = experiments_table([recorded, now], base=tmp_path).splitlines()[2:]
+    assert old_line.startswith("| [old](old/) |") and new_line.startswith("| [new](new/) |")
+    assert "-0.400 \\[-0.687, -0.038\\] Newcombe, not from the test | Fisher's exact test" in old_line
+    assert "Newcombe" not in new_line and "-0.400 \\[-0.687, -0.038\\] |" in new_line

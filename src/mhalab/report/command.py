@@ -31,7 +31,7 @@ from mhalab.report.options import ReportOptions
 from mhalab.report.arms import HEAD_STATS, Arm, apply_holm, arms_of, compare, head_stats, median_text, pick_baseline
 from mhalab.report.runs import COST, find_runs, place, seed_order, selection_seeds, the_metric, tuned_keys
 from mhalab.runs.summary import ENV_COLUMNS, env_row, json_text
-from mhalab.tables import Table, fmt, fmt_p, interval, md_escape, write_csv
+from mhalab.tables import Link, Table, fmt, fmt_p, interval, md_escape, write_csv
 
 __all__ = ["report", "md_escape", "ReportOptions", "report_command"]
 
@@ -342,22 +342,23 @@ def _code(escaped: str) -> str:
 
 # -- the README's experiments table ---------------------------------------------------------------------------------
 
-def experiments_table(files: list[Path]) -> str:
-    """The README's experiments table from experiments/*/results/report.json: one row per comparison."""
+def experiments_table(files: list[Path], base: Path = Path(".")) -> str:
+    """The README's experiments table from experiments/*/results/report.json: one row per comparison, each
+    experiment linked from `base` (the folder the table is read from)."""
     t = Table(["experiment", "arm vs baseline", "endpoint", "arm", "baseline", "difference [95% CI]", "test",
                "Holm p", "verdict"])
     for f in files:
         data = json.loads(Path(f).read_text())
-        name = Path(f).resolve().parent.parent.name
+        folder = Path(f).resolve().parent.parent
         for c in data["comparisons"]:
             diff = interval(c.get("estimate"), c.get("ci95_low"), c.get("ci95_high"),
                             unbounded=c.get("p") is not None) if c.get("estimate") is not None else "-"
             if c["test"].startswith("Fisher"):  # reports before issue 27: Newcombe's interval, not the test's
                 diff += " Newcombe, not from the test"
-            t.add([f"[{name}](experiments/{name}/)", f"{c['arm']} vs {c['baseline']}", c["endpoint"],
+            t.add([Link(folder.name, folder, base), f"{c['arm']} vs {c['baseline']}", c["endpoint"],
                    c["arm_value"], c["baseline_value"], diff, c["test"].split(";")[0], fmt_p(c.get("p_holm")),
                    c["verdict"]], bold=(8,) if c["verdict"] == "separated" else ())
-    return t.markdown().replace("\\[", "[").replace("\\]", "]")
+    return t.markdown()
 
 
 # -- wandb ---------------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mhalab.config.writes import check_links
 from mhalab.errors import ConfigError
-from mhalab.tables import Table, fmt_p, interval, write_csv
+from mhalab.tables import Link, Table, fmt_p, interval, relative, write_csv
 
 FILES = ("stability.md", "stability.csv", "stability.json")
 FIGURES = ("estimate", "ci95_low", "ci95_high", "p", "p_holm")  # each numerics' figures of a comparison
@@ -115,21 +115,21 @@ def verdict_words(row: dict) -> str:
         row["stable"]]
 
 
-def verdicts_table(files: list[Path]) -> str:
+def verdicts_table(files: list[Path], base: Path = Path(".")) -> str:
     """experiments/README.md's verdicts table from stability.json files: one row per comparison, each numerics'
-    Holm p and the verdict across them (stable verdicts in bold)."""
+    Holm p and the verdict across them (stable verdicts in bold), each design linked from `base` (the folder the
+    table is read from)."""
     t = Table(["design", "arm vs baseline", "endpoint", "numerics", "difference under each", "Holm p under each",
                "verdict"])
     for f in files:
         result = json.loads(Path(f).read_text())
-        folder = Path(f).parent.as_posix()
-        name, names = folder.removeprefix("experiments/"), result["numerics"]
+        names, design = result["numerics"], Link(relative(Path(f).parent, base), Path(f).with_name("stability.md"), base)
         for r in result["rows"]:
             diffs = (interval(r[f"{n}/estimate"], None, None) for n in names)
-            t.add([f"[{name}]({folder}/stability.md)", f"{r['arm']} vs {r['baseline']}", r["endpoint"],
+            t.add([design, f"{r['arm']} vs {r['baseline']}", r["endpoint"],
                    " / ".join(names), " / ".join(diffs), " / ".join(fmt_p(r[f"{n}/p_holm"]) for n in names),
                    verdict_words(r)], bold=(6,) if r["stable"] else ())
-    return t.markdown().replace("\\[", "[").replace("\\]", "]")
+    return t.markdown()
 
 
 def markdown(result: dict) -> str:
