@@ -10,19 +10,21 @@ import sys
 
 import torch
 
-from mhalab.training.checkpoint import load_checkpoint
 from mhalab.runs.summary import read_summary
+from mhalab.tables import Table
+from mhalab.training.checkpoint import load_checkpoint
 
 
 def compare(a_dir: str, b_dir: str) -> bool:
     a, b = read_summary(a_dir), read_summary(b_dir)
     identical = True
-    print("| metric | A | B | B - A |\n|---|---|---|---|")
+    t = Table(["metric", "A", "B", "B - A"])
     for name in sorted({**a.metrics, **a.test_metrics}):
         va = {**a.metrics, **a.test_metrics}[name]
         vb = {**b.metrics, **b.test_metrics}.get(name)
         identical &= va == vb
-        print(f"| {name} | {va!r} | {vb!r} | {'' if vb is None else f'{vb - va:+.3g}'} |")
+        t.add([name, repr(va), repr(vb), "" if vb is None else f"{vb - va:+.3g}"])
+    print(t.markdown())
     stats = [(k, x, y) for k in a.head_stats for ra, rb in zip(a.head_stats[k], b.head_stats[k])
              for x, y in zip(ra, rb)]
     differ = [abs(x - y) for _, x, y in stats if x != y]

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from mhalab import stats
+from mhalab.tables import Table, fmt_p
 
 HERE = Path(__file__).resolve().parent
 NUMERICS = {"B": "results", "scalar": "results-scalar", "threads2": "results-threads2"}
@@ -73,19 +74,19 @@ def main() -> None:
              "results-threads2/ (the runs in each report's verdicts). Log-rank with a permutation p "
              f"({stats.ENUMERATE_MAX:,} random arrangements, as `mhalab report`), unstratified; power by resampling "
              f"the pooled runs ({SIMULATIONS} follow-ups of n runs an arm, each tested with {ARRANGEMENTS:,} "
-             "arrangements) at 0.05 / 3, Holm's first threshold over a report's three endpoints.", "",
-             "| arm vs baseline | median steps (Kaplan-Meier) B / scalar / threads2 | pooled median | geometric-mean ratio | "
-             "pooled log-rank p | " + " | ".join(f"power at n = {n} (observed; 3/4 effect)" for n in FOLLOW_UP) + " |",
-             "|---|---|---|---|---|" + "---|" * len(FOLLOW_UP)]
+             "arrangements) at 0.05 / 3, Holm's first threshold over a report's three endpoints.", ""]
+    t = Table(["arm vs baseline", "median steps (Kaplan-Meier) B / scalar / threads2", "pooled median",
+               "geometric-mean ratio", "pooled log-rank p",
+               *(f"power at n = {n} (observed; 3/4 effect)" for n in FOLLOW_UP)])
     base = pooled[BASELINE]
     for arm in ARMS:
-        medians = " / ".join(
-f"{median(runs[name][arm])} vs {median(runs[name][BASELINE])}" for name in NUMERICS)
+        medians = " / ".join(f"{median(runs[name][arm])} vs {median(runs[name][BASELINE])}" for name in NUMERICS)
         ratio = np.exp(np.mean([np.log(s) for s, _ in pooled[arm]]) - np.mean([np.log(s) for s, _ in base]))
         pw = [f"{power(pooled[arm], base, n, 1.0, rng):.2f}; {power(pooled[arm], base, n, 0.75, rng):.2f}"
               for n in FOLLOW_UP]
-        lines.append(f"| {arm} vs {BASELINE} | {medians} | {median(pooled[arm])} vs {median(base)} | {ratio:.2f} | {logrank_p(pooled[arm], base):.2g} | "
-                     + " | ".join(pw) + " |")
+        t.add([f"{arm} vs {BASELINE}", medians, f"{median(pooled[arm])} vs {median(base)}", f"{ratio:.2f}",
+               fmt_p(logrank_p(pooled[arm], base)), *pw])
+    lines.append(t.markdown())
     reached = all(r for arm in pooled.values() for _, r in arm)
     lines += ["", f"Runs pooled: {len(base)} an arm; every one reached the threshold: {reached}. The pooled runs "
               "chose this question after each numerics' verdict was read, so the pooled p tests nothing; a follow-up "

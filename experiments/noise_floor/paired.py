@@ -4,12 +4,14 @@ The per-seed val/bpb below are the values those runs recorded (experiments/*/REA
 `git checkout 434c6b8 && python -m mhalab.train -m experiment=<sweep>`). Each arm's parameter shapes differ from its
 baseline's, so a seed gives them different initialisations and the runs are independent: this prints each arm minus
 its baseline with the exact permutation test (as `mhalab report` does), its inverted 95% interval, p, Holm's p over
-all the comparisons, the smallest p 3 vs 3 runs can give and the verdict, all from mhalab.stats:
+all the comparisons, the smallest p 3 vs 3 runs can give and the verdict, all from mhalab.stats, as a table in paired.md (which the README copies):
     python experiments/noise_floor/paired.py
 """
 
+from pathlib import Path
+
 from mhalab.stats import ALPHA, holm, two_sample
-from mhalab.tables import fmt_p, interval
+from mhalab.tables import Table, fmt_p, interval
 
 SWEEPS = {  # sweep -> (baseline arm, {arm: [seed 0, 1, 2]})
     "head_sweep (n_heads at d_model 64)": ("n_heads=2", {
@@ -26,21 +28,20 @@ SWEEPS = {  # sweep -> (baseline arm, {arm: [seed 0, 1, 2]})
 }
 
 
-def rows() -> list[list[str]]:
+def table() -> Table:
     comparisons = [(sweep, arm, base, two_sample(values, arms[base]))
                    for sweep, (base, arms) in SWEEPS.items() for arm, values in arms.items() if arm != base]
-    out = []
+    t = Table(["sweep", "arm - baseline", "mean Δ bpb [95% CI]", "p", "Holm p", "verdict"])
     for (sweep, arm, base, c), p_holm in zip(comparisons, holm([c.p for *_, c in comparisons])):
         verdict = ("separated" if p_holm < ALPHA else
                    f"not separable: the smallest p of 3 vs 3 runs is {c.p_min:.2g}" if c.p_min >= ALPHA else
                    "not separated")
-        out.append([sweep, f"{arm} - {base}", interval(c.mean, c.ci95_low, c.ci95_high, unbounded=True),
-                    fmt_p(c.p), fmt_p(p_holm), verdict])
-    return out
+        t.add([sweep, f"{arm} - {base}", interval(c.mean, c.ci95_low, c.ci95_high, unbounded=True),
+               fmt_p(c.p), fmt_p(p_holm), verdict])
+    return t
 
 
 if __name__ == "__main__":
-    print("| sweep | arm - baseline | mean Δ bpb [95% CI] | p | Holm p | verdict |")
-    print("|---|---|---|---|---|---|")
-    for row in rows():
-        print("| " + " | ".join(row) + " |")
+    text = table().markdown() + "\n"
+    (Path(__file__).resolve().parent / "paired.md").write_text(text)
+    print(text, end="")
