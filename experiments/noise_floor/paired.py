@@ -4,10 +4,12 @@ The per-seed val/bpb below are the values those runs recorded (experiments/*/REA
 `git checkout 434c6b8 && python -m mhalab.train -m experiment=<sweep>`). Each arm's parameter shapes differ from its
 baseline's, so a seed gives them different initialisations and the runs are independent: this prints each arm minus
 its baseline with the exact permutation test (as `mhalab report` does), its inverted 95% interval, p, Holm's p over
-all the comparisons, the smallest p 3 vs 3 runs can give and the verdict, all from mhalab.stats, as a table in paired.md (which the README copies):
-    python experiments/noise_floor/paired.py
+all the comparisons, the smallest p 3 vs 3 runs can give and the verdict, all from mhalab.stats, as a table in
+paired.md (which the README copies):
+    python experiments/noise_floor/paired.py [OUT]    # OUT: default paired.md beside this script
 """
 
+import sys
 from pathlib import Path
 
 from mhalab.stats import ALPHA, holm, two_sample
@@ -43,5 +45,6 @@ def table() -> Table:
 
 if __name__ == "__main__":
     text = table().markdown() + "\n"
-    (Path(__file__).resolve().parent / "paired.md").write_text(text)
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / "paired.md"
+    out.write_text(text)
     print(text, end="")
