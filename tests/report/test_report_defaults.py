@@ -189,6 +189,19 @@ def test_a_stage_a_alone_says_nothing_is_tested_yet(tmp_path):
     assert all(c["p"] is None and "no test" in c["verdict"] for c in r["comparisons"])
 
 
+def test_a_report_of_stage_b_runs_alone_says_their_values_were_chosen_elsewhere(tmp_path):
+    """A report of fresh runs only (a design's stage B, its stage-A sweep not given): each arm's one value is
+    tested, and the stages sentence says where the value came from, not "seeds none (stage A)"."""
+    from mhalab.report.command import report
+
+    _write(tmp_path, [_run(g, s, lr, 800 + 50 * s + (300 if g == 1 else 0), 0.95, [0, 1, 2])
+                      for g, lr in ((8, 1e-3), (1, 1e-2)) for s in range(10, 16)])
+    r = report([tmp_path], baseline="attention.n_kv_heads=8", plots=False)
+    assert ("Stages: each arm's value was chosen on stage-A seeds not among these runs, frozen before the "
+            "comparisons, which use only the fresh seeds 10-15 (stage B).") in r["markdown"]
+    assert all(c["p"] is not None for c in r["comparisons"] if not c["endpoint"].startswith("rate"))
+
+
 def test_selection_seeds_are_integers_in_one_sentence():
     from mhalab.config.schema import EndpointConfig
     from mhalab.errors import ConfigError

@@ -257,8 +257,9 @@ def stages_text(arms: list[Arm], tuned: bool) -> str:
         b_seeds = sorted({r.seed for r in runs if r.stage == "B"}, key=seed_order)
         tested = (f"which use only the fresh seeds {_seed_range(b_seeds)} (stage B)" if b_seeds
                   else "which use only fresh (stage B) seeds: none has run yet, so nothing is tested")
-        return (f"Stages: seeds {_seed_range(a_seeds) or 'none'} (stage A) chose each arm's value, frozen before "
-                f"the comparisons, {tested}.")
+        chose = (f"seeds {_seed_range(a_seeds)} (stage A) chose each arm's value" if a_seeds
+                 else "each arm's value was chosen on stage-A seeds not among these runs")
+        return f"Stages: {chose}, frozen before the comparisons, {tested}."
     if tuned:
         return ("Selection re-used: each arm's value was chosen on the same seeds its comparisons use, which favours "
                 "the chosen values; declare endpoint.selection_seeds and run fresh seeds to test the choice.")
