@@ -122,3 +122,12 @@ def test_reached_and_curves_draw_the_runs_the_comparisons_test(tmp_path, monkeyp
     assert reached and all(t.endswith("median 800") for t in reached), reached  # 700, 800, 900, 1000: the table's
     curves = [t.get_text() for t in drawn["curves.png"].axes[0].get_legend().get_texts() if "median" in t.get_text()]
     assert len(curves) == 2 and all(t.endswith("median of 4 runs") for t in curves), curves
+
+
+def test_a_legend_drops_only_the_config_group_so_nested_keys_keep_their_meaning():
+    from mhalab.report.figures import short
+
+    assert short("attention.n_kv_heads=4") == "n_kv_heads=4" and short("optim.lr=0.001") == "lr=0.001"
+    assert short("model.param_match.d_head=64") == "param_match.d_head=64"  # not "d_head=64": another arm's name
+    assert short("attention.d_head=8, model.param_match=null") == "d_head=8, param_match=null"
+    assert short("seed=0") == "seed=0" and short("-") == "-"

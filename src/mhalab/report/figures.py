@@ -12,9 +12,10 @@ from mhalab.report.runs import key_of
 
 
 def short(label: str) -> str:
-    """An arm's label without the config groups: attention.n_kv_heads=4 -> n_kv_heads=4."""
-    return ", ".join(part.strip().split("=", 1)[0].rsplit(".", 1)[-1] + ("=" + part.split("=", 1)[1] if "=" in part
-                                                                          else "") for part in label.split(","))
+    """An arm's label without its config groups' names: attention.n_kv_heads=4 -> n_kv_heads=4; only the group is
+    dropped, so model.param_match.d_head=64 stays param_match.d_head=64 (not d_head=64, another arm's name)."""
+    return ", ".join(part.strip().split("=", 1)[0].split(".", 1)[-1] + ("=" + part.split("=", 1)[1] if "=" in part
+                                                                         else "") for part in label.split(","))
 
 
 # what stats.mean_ci draws (the report's interval of one arm's mean), named on every figure that shows it
