@@ -51,8 +51,8 @@ def generated(source: Path) -> str:
 def designs_stability() -> list[Path]:
     """Every experiments/**/stability.json but one whose reports another holds too (gpu/h100's fp32 and bf16 are
     two of kv_sweep64's three numerics): the larger table reads them all."""
-    files = sorted(f.relative_to(ROOT) for f in ROOT.glob("experiments/**/stability.json"))
-    sources = {f: set(json.loads((ROOT / f).read_text())["sources"]) for f in files}
+    files = sorted(ROOT.glob("experiments/**/stability.json"))  # absolute: the script runs from any folder
+    sources = {f: set(json.loads(f.read_text())["sources"]) for f in files}
     return [f for f in files if not any(sources[f] < sources[g] for g in files)]
 
 

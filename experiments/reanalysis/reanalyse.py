@@ -4,6 +4,7 @@ of mhalab.stats: the rate of runs ending at val/acc >= 0.9 (exact unconditional 
 endpoint of the tuned sweeps' recorded reports, tested then with Fisher's test beside Newcombe's interval.
 
     python experiments/reanalysis/reanalyse.py > experiments/reanalysis/README.md
+    python experiments/reanalysis/reanalyse.py OUT.json    # the comparisons elsewhere than results/report.json
 
 The per-seed values are read from git (the sweeps' report.csv at that commit), so this runs from any clone with
 its history. These runs were not re-run: they used one learning rate (tuned on the MHA arm only) and 4-5 seeds.
@@ -98,8 +99,9 @@ def main() -> None:
     pruning()
     conversion()
     tuned()
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(json.dumps({"source": f"git {COMMIT}", "comparisons": COMPARISONS}, indent=2))
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else OUT
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"source": f"git {COMMIT}", "comparisons": COMPARISONS}, indent=2))
 
 
 def pruning() -> None:
