@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import html
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from mhalab.report.options import ReportOptions
 from mhalab.report.arms import HEAD_STATS, Arm, apply_holm, arms_of, compare, head_stats, median_text, pick_baseline
 from mhalab.report.runs import COST, find_runs, place, seed_order, selection_seeds, the_metric, tuned_keys
 from mhalab.runs.summary import ENV_COLUMNS, env_row, json_text
-from mhalab.tables import Link, Table, fmt, fmt_p, interval, md_escape, write_csv
+from mhalab.tables import Link, Table, fmt, fmt_p, interval, md_escape, relative, write_csv
 
 __all__ = ["report", "md_escape", "ReportOptions", "report_command"]
 
@@ -327,9 +326,8 @@ def page(sections, pictures: list[Path], views: list[Path] = (), out: Path | Non
     if views:
         parts.append("<h3>every head, interactive (hover a token)</h3><ul>")
         for v in views:
-            href = os.path.relpath(v, out) if out is not None else str(v)
-            parts.append(f"<li><a href='{html.escape(Path(href).as_posix())}'>{html.escape(v.parent.parent.name)}</a>"
-                         "</li>")
+            href = relative(v, out) if out is not None else Path(v).as_posix()
+            parts.append(f"<li><a href='{html.escape(href)}'>{html.escape(v.parent.parent.name)}</a></li>")
         parts.append("</ul>")
     parts.append("</body></html>")
     return "\n".join(parts)
