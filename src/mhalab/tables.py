@@ -9,10 +9,11 @@ from __future__ import annotations
 import csv
 import html
 import math
-import os
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 from urllib.parse import quote
+
+from mhalab.paths import relative
 
 MAX_CELL = 300
 
@@ -59,11 +60,6 @@ def interval(mean: float | None, lo: float | None, hi: float | None, digits: int
     if lo is None or hi is None:
         return f"{mean:.{digits}f}"
     return f"{mean:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
-
-
-def relative(target: Path, base: Path) -> str:
-    """target's path as seen from the folder base (both resolved: either may be relative to the working folder)."""
-    return Path(os.path.relpath(Path(target).resolve(), Path(base).resolve())).as_posix()
 
 
 class Link(NamedTuple):

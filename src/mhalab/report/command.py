@@ -25,12 +25,13 @@ from typing import Any
 from mhalab import stats as inf
 from mhalab.config.writes import check_links
 from mhalab.errors import ConfigError
+from mhalab.paths import relative
 from mhalab.report import figures, numerics
 from mhalab.report.options import ReportOptions
 from mhalab.report.arms import HEAD_STATS, Arm, apply_holm, arms_of, compare, head_stats, median_text, pick_baseline
 from mhalab.report.runs import COST, find_runs, place, seed_order, selection_seeds, the_metric, tuned_keys
 from mhalab.runs.summary import ENV_COLUMNS, env_row, json_text
-from mhalab.tables import Link, Table, fmt, fmt_p, interval, md_escape, relative, write_csv
+from mhalab.tables import Link, Table, fmt, fmt_p, interval, md_escape, write_csv
 
 __all__ = ["report", "md_escape", "ReportOptions", "report_command"]
 

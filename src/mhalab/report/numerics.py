@@ -18,7 +18,8 @@ from pathlib import Path
 
 from mhalab.config.writes import check_links
 from mhalab.errors import ConfigError
-from mhalab.tables import Link, Table, fmt_p, interval, relative, write_csv
+from mhalab.paths import relative
+from mhalab.tables import Link, Table, fmt_p, interval, write_csv
 
 FILES = ("stability.md", "stability.csv", "stability.json")
 FIGURES = ("estimate", "ci95_low", "ci95_high", "p", "p_holm")  # each numerics' figures of a comparison

@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 from mhalab import faults
 from mhalab.checks import available_cpus
 from mhalab.errors import ConfigError
+from mhalab.paths import relative
 from mhalab.runs import slurm, stopping
 from mhalab.runs.rundir import LAST, launcher_rank, remove_stale_temporaries
 from mhalab.runs.summary import RunSummary, cpu_name, write_summary
@@ -204,9 +205,9 @@ def _fit(job: _Job) -> RunSummary:
         timings={"fit_s": fit_s, "test_s": time.perf_counter() - t_test, "total_s": time.perf_counter() - t_start,
                  "train_steps": trainer.global_step, "epochs": trainer.current_epoch,
                  "tokens_seen": tokens_seen, "tokens_per_s": tokens_seen / fit_s if fit_s > 0 else None},
-        checkpoints={"best": _rel(test_ckpt, run_dir), "last": _rel(last.path, run_dir)},
+        checkpoints={"best": relative(test_ckpt, run_dir), "last": relative(last.path, run_dir)},
         head_stats=extras.get("head_stats", {}), head_importance=extras.get("head_importance"),
-        kv_groups=extras.get("kv_groups", {}), plots=[_rel(p, run_dir) for p in extras.get("plots", [])],
+        kv_groups=extras.get("kv_groups", {}), plots=[relative(p, run_dir) for p in extras.get("plots", [])],
         extras_errors=extras.get("extras_errors", []), history=history,
         endpoint={**dataclasses.asdict(tc.endpoint), "threshold_step": threshold_step,
                   "stopped_early": tc.endpoint.stop_at_threshold and threshold_step == trainer.global_step})
@@ -319,12 +320,8 @@ def _write_failure(run_dir: Path, base: RunSummary, trainer, status: str, kind: 
     write_summary(run_dir, dataclasses.replace(
         base, status=status, error={"kind": kind, "message": message},
         metrics=dict(module.final_metrics) if module is not None else {},
-        timings={"train_steps": steps}, checkpoints={"last": _rel(run_dir / LAST, run_dir)
+        timings={"train_steps": steps}, checkpoints={"last": relative(run_dir / LAST, run_dir)
                                                      if (run_dir / LAST).is_file() else None}))
-
-
-def _rel(path, run_dir: Path) -> str:
-    return os.path.relpath(Path(path).resolve(), Path(run_dir).resolve())
 
 
 def _plain(tc) -> dict:
