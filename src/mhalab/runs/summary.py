@@ -41,16 +41,28 @@ def env_row(environment: dict | None) -> dict:
     return {f"env_{k}": (environment or {}).get(k) for k in ENVIRONMENT}
 
 
-def cpu_name() -> str:
-    """The CPU's model name (/proc/cpuinfo's "model name"; else platform.processor()): the environment's
-    `processor`, and the machine line of every benchmark."""
+VECTOR_ISA = (("avx512", "avx512f"), ("avx2", "avx2"), ("avx", "avx"), ("sse4.2", "sse4_2"), ("neon", "asimd"))
+#   (name, /proc/cpuinfo flag), widest first: the vector instructions cpu_name reports
+
+
+def cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU as /proc/cpuinfo names it: its model name, then its family and model numbers and the widest vector
+    instructions it declares, e.g. "AMD EPYC (family 25 model 17, avx512)": a VM's bare model name hides which CPU
+    runs (Zen 3 and Zen 4 both say "AMD EPYC"), and MKL and oneDNN choose their kernels from the CPU itself, whatever
+    ATEN_CPU_CAPABILITY caps. The environment's `processor`, and the machine line of every benchmark; without
+    /proc/cpuinfo, platform.processor()."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        info = dict(line.split(":", 1) for line in cpuinfo.read_text().split("\n\n")[0].splitlines()
+                    if ":" in line)
     except OSError:
-        pass
-    return platform.processor()
+        return platform.processor()
+    info = {k.strip(): v.strip() for k, v in info.items()}
+    flags = set(info.get("flags", "").split())
+    isa = next((name for name, flag in VECTOR_ISA if flag in flags), None)
+    kind = ", ".join(x for x in (f"family {info['cpu family']} model {info['model']}"
+                                 if "cpu family" in info and "model" in info else None, isa) if x)
+    name = info.get("model name") or platform.processor()
+    return f"{name} ({kind})" if kind else name
 
 
 MAX_BYTES = 64 * 2**20  # a summary of a 1000-layer x 1000-head model is far below this

@@ -349,10 +349,14 @@ def job_threads() -> int:
     return max(1, n // max(1, jobs))
 
 
+KERNEL_CAPS = ("MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+#   settings that cap or pin the kernels MKL and oneDNN choose for this CPU (recorded in lower case, None unset)
+
+
 def _environment(precision: str) -> dict[str, Any]:
-    """What the numerics depend on: versions, CPU and its kernels (cpu_capability, ATEN_CPU_CAPABILITY), the BLAS
-    and oneDNN path (blas, lapack, mkldnn, torch_config), threads (parallel_info), the trainer's precision and the
-    scheduler."""
+    """What the numerics depend on: versions, the CPU (processor: its family, model and vector instructions) and its
+    kernels (cpu_capability, ATEN_CPU_CAPABILITY), the BLAS and oneDNN path (blas, lapack, mkldnn, torch_config, the
+    KERNEL_CAPS set), threads (parallel_info), the trainer's precision and the scheduler."""
     import lightning as L
     import torch
 
@@ -368,6 +372,7 @@ def _environment(precision: str) -> dict[str, Any]:
             "mkldnn": bool(torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled),
             "blas": setting("BLAS_INFO"), "lapack": setting("LAPACK_INFO"),
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "mkl_num_threads": os.environ.get("MKL_NUM_THREADS"),
+            **{key.lower(): os.environ.get(key) for key in KERNEL_CAPS},
             "torch_config": build, "parallel_info": torch.__config__.parallel_info(),
             "slurm_job": os.environ.get("SLURM_JOB_ID"), "slurm_cpus_per_task": os.environ.get("SLURM_CPUS_PER_TASK")}
 
