@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 from urllib.parse import quote
 
-from mhalab.paths import relative
+from mhalab.relative_path import relative
 
 MAX_CELL = 300
 

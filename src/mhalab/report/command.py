@@ -25,7 +25,7 @@ from typing import Any
 from mhalab import stats as inf
 from mhalab.config.writes import check_links
 from mhalab.errors import ConfigError
-from mhalab.paths import relative
+from mhalab.relative_path import relative
 from mhalab.report import figures, numerics
 from mhalab.report.options import ReportOptions
 from mhalab.report.arms import HEAD_STATS, Arm, apply_holm, arms_of, compare, head_stats, median_text, pick_baseline

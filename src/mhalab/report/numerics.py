@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mhalab.config.writes import check_links
 from mhalab.errors import ConfigError
-from mhalab.paths import relative
+from mhalab.relative_path import relative
 from mhalab.tables import Link, Table, fmt_p, interval, write_csv
 
 FILES = ("stability.md", "stability.csv", "stability.json")

@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 from mhalab import faults
 from mhalab.checks import available_cpus
 from mhalab.errors import ConfigError
-from mhalab.paths import relative
+from mhalab.relative_path import relative
 from mhalab.runs import slurm, stopping
 from mhalab.runs.rundir import LAST, launcher_rank, remove_stale_temporaries
 from mhalab.runs.summary import RunSummary, cpu_name, write_summary
