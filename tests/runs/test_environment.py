@@ -1,5 +1,6 @@
 """summary.json's environment says why numerics differ between machines: the BLAS and oneDNN path, the CPU kernels
-and their cap, threads, the CPU's family, model and vector instructions; and a run summary that records it still validates against the schema."""
+and their caps, threads, the CPU's family, model and vector instructions; and a run summary that records it still
+validates against the schema."""
 
 import platform
 

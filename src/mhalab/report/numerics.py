@@ -23,8 +23,8 @@ from mhalab.tables import Link, Table, fmt_p, interval, write_csv
 
 FILES = ("stability.md", "stability.csv", "stability.json")
 FIGURES = ("estimate", "ci95_low", "ci95_high", "p", "p_holm")  # each numerics' figures of a comparison
-ENVIRONMENT = ("env_device", "env_cpu_capability", "env_aten_cpu_capability", "env_torch_threads", "env_blas",
-               "env_mkldnn", "env_processor", "env_torch", "env_precision")  # runs.csv columns: which kernels ran
+ENVIRONMENT = ("env_device", "env_cpu_capability", "env_aten_cpu_capability", "env_onednn_max_cpu_isa",
+               "env_torch_threads", "env_blas", "env_mkldnn", "env_processor", "env_torch", "env_precision")  # runs.csv columns: which kernels ran
 
 
 def verdict_class(c: dict) -> str:

@@ -31,7 +31,8 @@ SCHEMA_VERSION = 1
 SUMMARY = "summary.json"
 STATUSES = ("ok", "failed", "interrupted")
 ENVIRONMENT = ("torch", "python", "machine", "processor", "device", "cpu_count", "torch_threads", "interop_threads",
-               "cpu_capability", "aten_cpu_capability", "mkldnn", "blas", "lapack", "omp_num_threads", "precision")
+               "cpu_capability", "aten_cpu_capability", "onednn_max_cpu_isa", "mkldnn", "blas", "lapack",
+               "omp_num_threads", "precision")
 #   the keys of a run's environment its published row carries (runs.csv's env_* columns: report and ablate)
 ENV_COLUMNS = tuple(f"env_{k}" for k in ENVIRONMENT)
 
@@ -48,9 +49,9 @@ VECTOR_ISA = (("avx512", "avx512f"), ("avx2", "avx2"), ("avx", "avx"), ("sse4.2"
 def cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """The CPU as /proc/cpuinfo names it: its model name, then its family and model numbers and the widest vector
     instructions it declares, e.g. "AMD EPYC (family 25 model 17, avx512)": a VM's bare model name hides which CPU
-    runs (Zen 3 and Zen 4 both say "AMD EPYC"), and MKL and oneDNN choose their kernels from the CPU itself, whatever
-    ATEN_CPU_CAPABILITY caps. The environment's `processor`, and the machine line of every benchmark; without
-    /proc/cpuinfo, platform.processor()."""
+    runs (Zen 3 and Zen 4 both say "AMD EPYC"), and oneDNN chooses its kernels from the CPU itself, whatever
+    ATEN_CPU_CAPABILITY caps (experiments/determinism). The environment's `processor`, and the machine line of every
+    benchmark; without /proc/cpuinfo, platform.processor()."""
     try:
         info = dict(line.split(":", 1) for line in cpuinfo.read_text().split("\n\n")[0].splitlines()
                     if ":" in line)
