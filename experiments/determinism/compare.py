@@ -3,10 +3,12 @@
     python experiments/determinism/compare.py RUN_DIR_A RUN_DIR_B
 
 Prints one row per metric (A, B, B - A), then the number of head statistics and weight tensors that differ and
-the largest absolute difference of each. "bit-identical" means every value is equal, not merely close.
+the largest absolute difference of each. "bit-identical" means every value is equal, not merely close; a run that
+keeps no last.ckpt (a design's saved runs) is compared on its metrics and head statistics only, and says so.
 """
 
 import sys
+from pathlib import Path
 
 import torch
 
@@ -15,25 +17,34 @@ from mhalab.tables import Table
 from mhalab.training.checkpoint import load_checkpoint
 
 
+def summary_differences(a, b) -> tuple[list[str], list[float], int]:
+    """The metrics whose values differ between two run summaries, the |B - A| of each head statistic that differs,
+    and how many head statistics there are."""
+    ma, mb = {**a.metrics, **a.test_metrics}, {**b.metrics, **b.test_metrics}
+    stats = [(x, y) for k in a.head_stats for ra, rb in zip(a.head_stats[k], b.head_stats[k]) for x, y in zip(ra, rb)]
+    return [m for m in sorted(ma) if ma[m] != mb.get(m)], [abs(x - y) for x, y in stats if x != y], len(stats)
+
+
 def compare(a_dir: str, b_dir: str) -> bool:
     a, b = read_summary(a_dir), read_summary(b_dir)
-    identical = True
     t = Table(["metric", "A", "B", "B - A"])
     for name in sorted({**a.metrics, **a.test_metrics}):
         va = {**a.metrics, **a.test_metrics}[name]
         vb = {**b.metrics, **b.test_metrics}.get(name)
-        identical &= va == vb
         t.add([name, repr(va), repr(vb), "" if vb is None else f"{vb - va:+.3g}"])
     print(t.markdown())
-    stats = [(k, x, y) for k in a.head_stats for ra, rb in zip(a.head_stats[k], b.head_stats[k])
-             for x, y in zip(ra, rb)]
-    differ = [abs(x - y) for _, x, y in stats if x != y]
-    print(f"\nhead statistics: {len(differ)} of {len(stats)} differ, largest |B - A| {max(differ, default=0):.3g}")
-    wa = load_checkpoint(a.path(a_dir, a.checkpoints["last"]))["state_dict"]
-    wb = load_checkpoint(b.path(b_dir, b.checkpoints["last"]))["state_dict"]
+    metrics, differ, n_stats = summary_differences(a, b)
+    print(f"\nhead statistics: {len(differ)} of {n_stats} differ, largest |B - A| {max(differ, default=0):.3g}")
+    identical = not metrics and not differ
+    kept = [s.path(d, s.checkpoints["last"]) for s, d in ((a, a_dir), (b, b_dir)) if s.checkpoints.get("last")]
+    if len(kept) < 2 or not all(Path(k).is_file() for k in kept):  # a saved design run keeps no checkpoint
+        print("weights: not compared (a run keeps no last.ckpt)")
+        print("bit-identical in metrics and head statistics" if identical else "not identical")
+        return identical
+    wa, wb = (load_checkpoint(k)["state_dict"] for k in kept)
     diffs = [(wa[k].double() - wb[k].double()).abs().max().item() for k in wa if not torch.equal(wa[k], wb[k])]
     print(f"weights (last.ckpt): {len(diffs)} of {len(wa)} tensors differ, largest |B - A| {max(diffs, default=0):.3g}")
-    identical &= not differ and not diffs
+    identical &= not diffs
     print("bit-identical" if identical else "not identical")
     return identical
 

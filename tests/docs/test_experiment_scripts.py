@@ -1,6 +1,6 @@
-"""Two experiment scripts whose output a README records, noise_floor's and reanalysis's, still print that output on
-HEAD (a script that crashes or drifts from its page is a figure nobody can rerun); each writes into tmp_path, never
-into the tree."""
+"""Experiment scripts whose output a README records, noise_floor's and reanalysis's, still print that output on HEAD
+(a script that crashes or drifts from its page is a figure nobody can rerun), and determinism's compare.py tells
+identical runs from different ones; each writes into tmp_path, never into the tree."""
 
 import subprocess
 import sys
@@ -35,3 +35,22 @@ def test_reanalysis_prints_its_readme(tmp_path):
     here = REPO / "experiments" / "reanalysis"
     assert run("experiments/reanalysis/reanalyse.py", str(tmp_path / "report.json")) == (here / "README.md").read_text()
     assert (tmp_path / "report.json").read_text() == (here / "results" / "report.json").read_text()
+
+
+def test_compare_tells_a_run_from_a_changed_copy_and_says_when_weights_are_not_compared(tiny_runs, tmp_path):
+    import json
+    import shutil
+
+    a = tiny_runs[0]
+    assert run("experiments/determinism/compare.py", str(a), str(a)).rstrip().endswith("\nbit-identical")
+    b = tmp_path / "b"
+    shutil.copytree(a, b)
+    summary = json.loads((b / "summary.json").read_text())
+    (b / summary["checkpoints"]["last"]).unlink()  # as a saved design run: no checkpoint
+    assert run("experiments/determinism/compare.py", str(a), str(b)).rstrip().endswith(
+        "weights: not compared (a run keeps no last.ckpt)\nbit-identical in metrics and head statistics")
+    name = next(iter(summary["head_stats"]))
+    summary["head_stats"][name][0][0] += 1e-7
+    (b / "summary.json").write_text(json.dumps(summary))
+    out = run("experiments/determinism/compare.py", str(a), str(b))
+    assert "head statistics: 1 of " in out and out.rstrip().endswith("not identical")
