@@ -78,6 +78,7 @@ def test_random_orders_are_seeded_permutations_of_the_heads(loaded):
     assert curve[1]["pruned_now"] == " ".join(f"L{l}H{h}" for l, h in a[0][:2])
 
 
+@pytest.mark.slow
 def test_cli_scores_on_validation_evaluates_on_test_against_random_orders_over_seeds(ckpts, tmp_path, capsys):
     main(["ablate", *map(str, ckpts), f"out={tmp_path / 'abl'}", "batches=2", "random_orders=3", "step=0.25"])
     out = tmp_path / "abl"
@@ -130,6 +131,7 @@ def test_layer_summary_averages_each_checkpoints_layer_mean_and_worst_head():
     assert row["worst_d"] == pytest.approx(0.3) and row["worst_d_ci95_low"] is None  # lower is better: the rise
 
 
+@pytest.mark.slow
 def test_ablate_publishes_comparisons_and_sources_that_report_numerics_reads(ckpts, tmp_path, capsys):
     """ablation.json carries the pruning table's tests in report form, runs.csv each source's environment, so that
     `mhalab report --numerics` puts two ablations of one design side by side (pruning's second numerics)."""

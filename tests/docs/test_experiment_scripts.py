@@ -37,6 +37,7 @@ def test_reanalysis_prints_its_readme(tmp_path):
     assert (tmp_path / "report.json").read_text() == (here / "results" / "report.json").read_text()
 
 
+@pytest.mark.slow
 def test_compare_tells_a_run_from_a_changed_copy_and_says_when_weights_are_not_compared(tiny_runs, tmp_path):
     import json
     import shutil

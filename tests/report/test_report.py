@@ -202,6 +202,7 @@ def test_missing_dir_is_one_sentence_and_exit_2(tmp_path, capsys):
     assert e.value.code == 2 and "is not a directory" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_real_tiny_multirun_keeps_good_jobs_and_lists_the_failed_one(train, tmp_path):
     r = train("attention.n_heads=4", "attention.n_kv_heads=2,1", "stats.plots=false", "seed=0,1", multirun=True)
     assert r.returncode == 0, r.stderr[-2000:]

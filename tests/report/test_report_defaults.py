@@ -211,6 +211,7 @@ def test_selection_seeds_are_integers_in_one_sentence():
 
 
 @pytest.mark.proc
+@pytest.mark.slow
 def test_a_real_sweep_records_its_stages_and_mhalab_report_publishes_every_run(train, tmp_path):
     """A real tiny sweep declares seed 0 as stage A (endpoint.selection_seeds, recorded in summary.json with the
     environment); the `mhalab report` command, in its own process, tests seeds 1-2 only and writes runs.csv beside

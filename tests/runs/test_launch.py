@@ -69,6 +69,7 @@ def test_a_single_run_composes_its_config_once(tmp_path, data_cache):
 
 
 @pytest.mark.proc
+@pytest.mark.slow
 def test_a_single_run_ends_as_under_hydra_main(tmp_path, data_cache):
     """The same config, Hydra config (`hydra.mode=RUN` among its overrides, as hydra.main adds it), overrides,
     metrics.csv (byte for byte) and summary figures as the same run started by `hydra.main`."""

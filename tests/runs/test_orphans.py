@@ -96,11 +96,14 @@ def test_a_worker_whose_sweep_was_stopped_and_whose_command_died_before_its_job_
     code = """
 import os, signal, sys, time
 from mhalab.runs.stopping import SIGNALS, COMMAND_PID, mark_stopped
-os.environ[COMMAND_PID] = str(os.getpid())
+command = os.getpid()
+os.environ[COMMAND_PID] = str(command)
 dead_r, dead_w = os.pipe()
 if os.fork() == 0:  # the worker
     os.close(dead_w)
-    os.read(dead_r, 1)  # end of file: the command has died
+    os.read(dead_r, 1)  # end of file: the command is dying (the kernel closes its files first)
+    while os.getppid() == command:  # ... and hands its children to init after: then it has died
+        time.sleep(0.01)
     began = SIGNALS.job_begins(sys.argv[1])
     SIGNALS.end_job()
     print("began" if began else "left idle", flush=True)

@@ -169,6 +169,7 @@ def test_resume_on_a_finished_run_says_so_and_changes_nothing(train, tmp_path):
 
 
 @pytest.mark.proc
+@pytest.mark.slow
 def test_resume_refuses_other_overrides_and_picks_the_unfinished_run_not_a_finished_twin(run_train, train, tmp_path):
     killed = run_train(*RUN, env={"MHALAB_FAULTS": "kill_at_step=3"})
     assert killed.returncode == -signal.SIGKILL
@@ -221,6 +222,7 @@ def test_interrupted_writes_leave_no_temporary_files_behind(tmp_path):
 
 
 @pytest.mark.proc
+@pytest.mark.slow
 def test_multirun_resume_finishes_only_the_unfinished_jobs(run_train, train, tmp_path):
     sweep = ["attention.n_heads=1,2", "stats=off"]
     killed = run_train(*sweep, multirun=True, env={"MHALAB_FAULTS": "kill_at_step=2"})  # the first job dies, taking the sweep

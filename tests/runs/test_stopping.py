@@ -25,6 +25,7 @@ def status(run_dir: Path) -> str:
     return json.loads((run_dir / "summary.json").read_text())["status"]
 
 
+@pytest.mark.slow
 def test_sigterm_during_start_up_writes_an_interrupted_summary_and_the_resume_line(tmp_path, data_cache):
     args = [*TINY, *RUN, f"paths.root_dir={tmp_path}", f"data.cache_dir={data_cache}"]
     proc = subprocess.Popen([*MHALAB, "train", *args], cwd=tmp_path, env=proc_env(), stdout=subprocess.PIPE,

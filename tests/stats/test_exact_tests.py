@@ -119,6 +119,7 @@ print(json.dumps([stats.compare_rates(k1, n1, k2, n2) for n1, n2 in [(3, 3), (5,
 
 
 @pytest.mark.proc
+@pytest.mark.slow
 def test_an_exact_rate_test_gives_the_same_bits_whatever_vector_instructions_numpy_uses():
     """The p, interval and detectable difference of every outcome of three designs, computed with numpy's widest
     kernels for this CPU and with them disabled (NPY_DISABLE_CPU_FEATURES): equal to the last bit, as on another

@@ -40,6 +40,7 @@ def run_dir_of(output: str) -> Path:
 
 
 @pytest.mark.proc
+@pytest.mark.slow
 def test_every_phase_prints_and_the_closing_validation_is_shown(run_train):
     """Validation, test and each extra begin with a line and, while they last, print one every heartbeat_s; the
     final line's val/loss is the last one printed (the closing validation, after 2 steps of 3, is printed)."""
@@ -80,6 +81,7 @@ def test_eta_from_recent_steps_does_not_swing():
 
 
 @pytest.mark.proc
+@pytest.mark.slow
 def test_ctrl_c_during_extras_stops_at_once_and_resume_computes_them(tmp_path, data_cache):
     """SIGINT as the end-of-run importance starts: exit 130 within seconds, an "interrupted" summary, no ERROR;
     `resume=<dir>` then computes importance and pictures without training again, with the same metrics."""
@@ -122,6 +124,7 @@ def test_ctrl_c_during_extras_stops_at_once_and_resume_computes_them(tmp_path, d
 
 
 @pytest.mark.proc
+@pytest.mark.slow
 def test_rerunning_an_interrupted_command_names_the_unfinished_run_and_its_resume(tmp_path, data_cache):
     """The same command again, after a Ctrl-C: before its run starts it names the unfinished twin and the command
     that continues it; that command resumes the twin to the end."""
@@ -220,6 +223,7 @@ def test_trainer_settings_are_checked_against_the_batches_of_the_data():
 
 
 @pytest.mark.proc
+@pytest.mark.slow
 def test_val_check_interval_beyond_an_epoch_is_one_sentence_and_no_run_directory(run_train, tmp_path):
     r = run_train("trainer.val_check_interval=50")
     assert r.returncode == 2, r.stderr
@@ -232,6 +236,7 @@ def test_val_check_interval_beyond_an_epoch_is_one_sentence_and_no_run_directory
 
 
 @pytest.mark.proc
+@pytest.mark.slow
 def test_debug_fast_is_one_validation_statistics_once_and_a_shared_data_cache(tmp_path, monkeypatch, run_train,
                                                                               data_cache):
     from mhalab.runs.preflight import compose

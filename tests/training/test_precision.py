@@ -23,6 +23,7 @@ def finite(values) -> bool:
 
 
 @pytest.mark.proc
+@pytest.mark.slow
 def test_the_gpu_recipe_trains_on_the_cpu_in_bf16_mixed(run_train, tmp_path):
     """The installed `mhalab` console, `trainer=gpu` with only the accelerator changed: statistics, importance,
     checkpoints and the test of the best one, all in a bf16-mixed run."""

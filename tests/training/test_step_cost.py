@@ -4,6 +4,7 @@ console get the values a call at every step gives; the hyperparameters are writt
 
 import csv
 
+import pytest
 import yaml
 
 from mhalab.runs.summary import read_summary
@@ -26,6 +27,7 @@ def _run(train, root, every: int):
     return run_dir, read_summary(run_dir), shown
 
 
+@pytest.mark.slow
 def test_train_loss_reaches_loggers_checkpoints_and_console_as_if_logged_every_step(train, tmp_path):
     dense_dir, dense, dense_lines = _run(train, tmp_path / "dense", every=1)
     sparse_dir, sparse, sparse_lines = _run(train, tmp_path / "sparse", every=5)
