@@ -48,7 +48,13 @@ def seeds(row: dict) -> list[float]:
 def main() -> None:
     print("# Re-analysis of the first MQAR sweeps with exact tests\n")
     print(__doc__.split("\n\n")[0].replace("\n", " ") + "\n")
-    print(f"Command: `python experiments/reanalysis/reanalyse.py` (reads `git show {COMMIT}:<report.csv>`).\n")
+    print(f"Command: `python experiments/reanalysis/reanalyse.py` (reads `git show {COMMIT}:<report.csv>`). "
+          "It trains nothing: it\n"
+          f"recomputes statistics from the per-seed values those sweeps recorded at commit {COMMIT}; "
+          "their runs ran on a 2-core\n"
+          "Intel Xeon (Sapphire Rapids, AVX-512), torch 2.13.0+cpu, one torch thread a run "
+          "(the Machine sections of their\n"
+          "READMEs at that commit).\n")
     for name, (path, base_label) in SWEEPS.items():
         rows = rows_at(path)
         base = next(r for r in rows if r["config"] == base_label)
