@@ -21,7 +21,9 @@ would move the runs away from the state that names them, is refused). The code i
 used to train every later stage), so editing the tree or committing while a design runs changes no run; a tree
 with uncommitted changes under src/ is refused. The reports are this checkout's `mhalab report` (analysis fixes
 reach a design started before them). Resumable: run the same command again; finished
-stages are skipped (logs/EXPERIMENT/design/state.json) and a started one continues with resume=true. Stage B does
+stages are skipped (logs/EXPERIMENT/design/state.json) and a started one continues with resume=true. The stages
+of one numerics (stage B, or a second numerics: one stage an arm) run on one CPU: a machine with another CPU is
+refused them, since their arms would be compared across CPUs (stage A, which only chooses, may span machines). Stage B does
 not start when the baseline's chosen cell left a stage-A run short of the endpoint threshold (censored baseline):
 the design then needs a longer budget, declared before anything more runs.
 """
@@ -44,6 +46,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 import tuned_sweep  # noqa: E402  (one rule for running a sweep and reading each arm's choice)
 from mhalab.atomic import write_atomic  # noqa: E402  (the project's one way to replace a file)
+from mhalab.errors import ConfigError  # noqa: E402
+from mhalab.runs.summary import read_summary  # noqa: E402  (the one reader of a run's summary.json)
 
 NUMERICS = {  # name -> (environment, overrides): the second numerics of design.numerics_seeds
     "default": ({}, []),
@@ -133,6 +137,44 @@ def numerics_here(kind: str, probe=capability) -> tuple[str, str | None]:
     return "scalar", (f"{kind}: ATEN_CPU_CAPABILITY={env['ATEN_CPU_CAPABILITY']} gives this CPU's default kernels "
                       f"({here}), stage B's numerics; its fresh seeds run with ATen's unvectorised kernels instead "
                       "(scalar: ATEN_CPU_CAPABILITY=default)")
+
+
+@functools.lru_cache(maxsize=None)
+def this_cpu() -> str:
+    """This machine's CPU as the design's code names it in every run's environment.processor (asked of the code on
+    PYTHONPATH, the frozen copy, whose runs record it)."""
+    r = subprocess.run([sys.executable, "-c", "from mhalab.runs.summary import cpu_name; print(cpu_name())"],
+                       capture_output=True, text=True, check=True)
+    return r.stdout.strip()
+
+
+def group_cpus(done: dict, group: str, task: str) -> set[str]:
+    """The CPUs the runs of one numerics of a stratum ran on (stage B, or one second numerics: the stages of all its
+    arms, named "<group> <arm>"): each stage's recorded `cpu` and the processor of each finished job in its folder
+    (an older runner recorded none)."""
+    cpus = set()
+    for name, stage in done.items():
+        if name.split(" ")[0] != group or not isinstance(stage, dict):
+            continue
+        cpus.update([stage["cpu"]] if isinstance(stage.get("cpu"), str) else [])
+        folder = stage.get("dir") or stage.get("folder")
+        for job in sorted(sweep_here(folder, task).glob("*/summary.json")) if folder else []:
+            cpus.add(str(read_summary(job.parent).environment.get("processor")))
+    return cpus
+
+
+def cpu_clash(done: dict, name: str, task: str, here: str) -> str | None:
+    """Why stage `name` must not run on this CPU (`here`), or None. The arms of one numerics are compared with one
+    another, so all their runs run on one CPU kind: another CPU's kernels and BLAS path are another numerics, and arms
+    split across two would compare CPUs as well as arms. Stage A only chooses each arm's rate, and its runs may span
+    machines."""
+    group = name.split(" ")[0]
+    other = sorted(group_cpus(done, group, task) - {here}) if group != "A" else []
+    if not other:
+        return None
+    return (f"{name}: the {group} runs of this stratum ran on {', '.join(other)}, and this machine is {here}: its arms "
+            f"would be compared across CPUs. Resume it on that CPU (python scripts/design_runs.py restore {task})"
+            + (f", or leave {group} out with --numerics" if group != "B" else ""))
 
 
 def clashing(declared: list[str], here: dict) -> str | None:
@@ -266,7 +308,13 @@ def run_stratum(experiment: str, stratum: list[str], p: dict, numerics: list[str
             return sweep_here(done[name]["dir"], p["task_name"])
         before = done.get(name, {})
         resume = resume_args(before, p["task_name"])
-        done[name] = {"started": True, "folder": before.get("folder")}
+        try:
+            clash = cpu_clash(done, name, p["task_name"], this_cpu())
+        except ConfigError as e:  # a job's summary.json that is not one
+            sys.exit(f"[{key}] {name}: {e}")
+        if clash:
+            sys.exit(f"[{key}] {clash}: refused")
+        done[name] = {"started": True, "folder": before.get("folder"), "cpu": this_cpu()}
         save()
 
         def announced(folder: Path) -> None:  # before any job starts: a resume continues exactly this sweep

@@ -510,3 +510,32 @@ def test_a_design_runs_only_code_of_this_checkouts_history(tmp_path):
     run_design.extract_src(head[:12], tmp_path / "code-head")
     assert (tmp_path / "code-head" / "src" / "mhalab" / "__init__.py").is_file()
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_the_arms_of_one_numerics_run_on_one_cpu(tmp_path, monkeypatch):
+    """A numerics whose first arm ran on one CPU refuses its next arm on another (the arms would be compared across
+    CPUs), read from the finished jobs' summaries where an older runner recorded no CPU; stage A, another numerics
+    or the same CPU runs."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import run_design
+    from mhalab.runs.summary import RunSummary, write_summary
+
+    monkeypatch.setenv("MHALAB_ROOT", str(tmp_path))
+    zen3, xeon = "AMD EPYC (family 25 model 1, avx2)", "Intel Xeon (family 6 model 143, avx512)"
+    job = tmp_path / "logs" / "exp" / "multiruns" / "s1" / "0"
+    job.mkdir(parents=True)
+    write_summary(job, RunSummary(status="ok", environment={"processor": zen3}))
+    done = {"A": {"started": True, "dir": "logs/exp/multiruns/s0", "cpu": xeon},
+            "threads2 attention.n_kv_heads=4": {"started": True, "folder": "logs/exp/multiruns/s1",
+                                                "dir": "logs/exp/multiruns/s1"},
+            "numerics": {"avx2": "scalar", "threads2": "threads2"}}
+    why = run_design.cpu_clash(done, "threads2 attention.n_kv_heads=2", "exp", xeon)
+    assert why == ("threads2 attention.n_kv_heads=2: the threads2 runs of this stratum ran on " + zen3 + ", and this "
+                   "machine is " + xeon + ": its arms would be compared across CPUs. Resume it on that CPU (python "
+                   "scripts/design_runs.py restore exp), or leave threads2 out with --numerics")
+    assert run_design.cpu_clash(done, "threads2 attention.n_kv_heads=2", "exp", zen3) is None
+    assert run_design.cpu_clash(done, "scalar attention.n_kv_heads=2", "exp", xeon) is None  # another numerics
+    assert run_design.cpu_clash(done, "A", "exp", zen3) is None  # stage A only chooses
+    done["B attention.n_kv_heads=4"] = {"started": True, "folder": None, "cpu": xeon}  # recorded when it started
+    assert "ran on " + xeon in run_design.cpu_clash(done, "B attention.n_kv_heads=1", "exp", zen3)
+    assert "--numerics" not in run_design.cpu_clash(done, "B attention.n_kv_heads=1", "exp", zen3)  # B is the design
