@@ -22,8 +22,9 @@ used to train every later stage), so editing the tree or committing while a desi
 with uncommitted changes under src/ is refused. The reports are this checkout's `mhalab report` (analysis fixes
 reach a design started before them). Resumable: run the same command again; finished
 stages are skipped (logs/EXPERIMENT/design/state.json) and a started one continues with resume=true. The stages
-of one numerics (stage B, or a second numerics: one stage an arm) run on one CPU: a machine with another CPU is
-refused them, since their arms would be compared across CPUs (stage A, which only chooses, may span machines). Stage B does
+of one numerics (stage B, or a second numerics: one stage an arm) run on one kind of machine (CPU, and GPU if any):
+another is refused them, since their arms would be compared across machines (stage A, which only chooses, may
+span machines). Stage B does
 not start when the baseline's chosen cell left a stage-A run short of the endpoint threshold (censored baseline):
 the design then needs a longer budget, declared before anything more runs.
 """
@@ -139,41 +140,53 @@ def numerics_here(kind: str, probe=capability) -> tuple[str, str | None]:
                       "(scalar: ATEN_CPU_CAPABILITY=default)")
 
 
+MACHINE = """import torch
+from mhalab.runs.summary import cpu_name
+print(cpu_name() + (f" with {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""))
+"""
+
+
+def machine(environment: dict) -> str:
+    """What a run's numerics ran on, from its summary's environment: its CPU (processor), and its GPU where it had
+    one (device); this_machine's words, so the two compare."""
+    device = environment.get("device")
+    return f"{environment.get('processor')}" + (f" with {device}" if device not in (None, "cpu") else "")
+
+
 @functools.lru_cache(maxsize=None)
-def this_cpu() -> str:
-    """This machine's CPU as the design's code names it in every run's environment.processor (asked of the code on
-    PYTHONPATH, the frozen copy, whose runs record it)."""
-    r = subprocess.run([sys.executable, "-c", "from mhalab.runs.summary import cpu_name; print(cpu_name())"],
-                       capture_output=True, text=True, check=True)
-    return r.stdout.strip()
+def this_machine() -> str:
+    """This machine as `machine` names a run's: asked of the code on PYTHONPATH, the design's frozen copy, whose
+    runs record their environment."""
+    return subprocess.run([sys.executable, "-c", MACHINE], capture_output=True, text=True,
+                          check=True).stdout.strip().splitlines()[-1]
 
 
-def group_cpus(done: dict, group: str, task: str) -> set[str]:
-    """The CPUs the runs of one numerics of a stratum ran on (stage B, or one second numerics: the stages of all its
-    arms, named "<group> <arm>"): each stage's recorded `cpu` and the processor of each finished job in its folder
+def group_machines(done: dict, group: str, task: str) -> set[str]:
+    """The machines the runs of one numerics of a stratum ran on (stage B, or one second numerics: the stages of all
+    its arms, named "<group> <arm>"): each stage's recorded `machine` and that of each finished job in its folder
     (an older runner recorded none)."""
-    cpus = set()
+    seen = set()
     for name, stage in done.items():
         if name.split(" ")[0] != group or not isinstance(stage, dict):
             continue
-        cpus.update([stage["cpu"]] if isinstance(stage.get("cpu"), str) else [])
+        seen.update([stage["machine"]] if isinstance(stage.get("machine"), str) else [])
         folder = stage.get("dir") or stage.get("folder")
         for job in sorted(sweep_here(folder, task).glob("*/summary.json")) if folder else []:
-            cpus.add(str(read_summary(job.parent).environment.get("processor")))
-    return cpus
+            seen.add(machine(read_summary(job.parent).environment))
+    return seen
 
 
-def cpu_clash(done: dict, name: str, task: str, here: str) -> str | None:
-    """Why stage `name` must not run on this CPU (`here`), or None. The arms of one numerics are compared with one
-    another, so all their runs run on one CPU kind: another CPU's kernels and BLAS path are another numerics, and arms
-    split across two would compare CPUs as well as arms. Stage A only chooses each arm's rate, and its runs may span
-    machines."""
+def machine_clash(done: dict, name: str, task: str, here: str) -> str | None:
+    """Why stage `name` must not run on this machine (`here`: its CPU, and GPU if any), or None. The arms of one
+    numerics are compared with one another, so all their runs run on one kind of machine: another CPU's kernels and
+    BLAS path (or another GPU) are another numerics, and arms split across two would compare machines as well as
+    arms. Stage A only chooses each arm's rate, and its runs may span machines."""
     group = name.split(" ")[0]
-    other = sorted(group_cpus(done, group, task) - {here}) if group != "A" else []
+    other = sorted(group_machines(done, group, task) - {here}) if group != "A" else []
     if not other:
         return None
     return (f"{name}: the {group} runs of this stratum ran on {', '.join(other)}, and this machine is {here}: its arms "
-            f"would be compared across CPUs. Resume it on that CPU (python scripts/design_runs.py restore {task})"
+            f"would be compared across machines. Resume it on that machine (python scripts/design_runs.py restore {task})"
             + (f", or leave {group} out with --numerics" if group != "B" else ""))
 
 
@@ -309,12 +322,12 @@ def run_stratum(experiment: str, stratum: list[str], p: dict, numerics: list[str
         before = done.get(name, {})
         resume = resume_args(before, p["task_name"])
         try:
-            clash = cpu_clash(done, name, p["task_name"], this_cpu())
+            clash = machine_clash(done, name, p["task_name"], this_machine())
         except ConfigError as e:  # a job's summary.json that is not one
             sys.exit(f"[{key}] {name}: {e}")
         if clash:
             sys.exit(f"[{key}] {clash}: refused")
-        done[name] = {"started": True, "folder": before.get("folder"), "cpu": this_cpu()}
+        done[name] = {"started": True, "folder": before.get("folder"), "machine": this_machine()}
         save()
 
         def announced(folder: Path) -> None:  # before any job starts: a resume continues exactly this sweep

@@ -150,6 +150,7 @@ def test_runner_runs_every_stage_with_its_numerics_and_resumes(tmp_path):
             assert s["config"]["seed"] == seed and s["config"]["torch_threads"] == threads
             assert s["environment"]["aten_cpu_capability"] == aten
             assert s["config"]["optim"]["lr"] == float(chosen[f"attention.n_kv_heads={k}"].split("=")[1])
+            assert state[f"{name} attention.n_kv_heads={k}"]["machine"] == run_design.machine(s["environment"])
         assert (design / "all" / f"report-{name}" / "report.json").exists()
     stability = json.loads((design / "all" / "stability.json").read_text())  # every verdict under every numerics
     assert stability["numerics"] == ["B", second, "threads2"] and stability["rows"]
@@ -512,10 +513,10 @@ def test_a_design_runs_only_code_of_this_checkouts_history(tmp_path):
     assert not list(tmp_path.glob("*.partial"))
 
 
-def test_the_arms_of_one_numerics_run_on_one_cpu(tmp_path, monkeypatch):
-    """A numerics whose first arm ran on one CPU refuses its next arm on another (the arms would be compared across
-    CPUs), read from the finished jobs' summaries where an older runner recorded no CPU; stage A, another numerics
-    or the same CPU runs."""
+def test_the_arms_of_one_numerics_run_on_one_machine(tmp_path, monkeypatch):
+    """A numerics whose first arm ran on one CPU (or GPU) refuses its next arm on another (the arms would be compared
+    across machines), read from the finished jobs' summaries where an older runner recorded no machine; stage A,
+    another numerics or the same machine runs."""
     sys.path.insert(0, str(REPO / "scripts"))
     import run_design
     from mhalab.runs.summary import RunSummary, write_summary
@@ -524,18 +525,21 @@ def test_the_arms_of_one_numerics_run_on_one_cpu(tmp_path, monkeypatch):
     zen3, xeon = "AMD EPYC (family 25 model 1, avx2)", "Intel Xeon (family 6 model 143, avx512)"
     job = tmp_path / "logs" / "exp" / "multiruns" / "s1" / "0"
     job.mkdir(parents=True)
-    write_summary(job, RunSummary(status="ok", environment={"processor": zen3}))
-    done = {"A": {"started": True, "dir": "logs/exp/multiruns/s0", "cpu": xeon},
+    write_summary(job, RunSummary(status="ok", environment={"processor": zen3, "device": "cpu"}))
+    done = {"A": {"started": True, "dir": "logs/exp/multiruns/s0", "machine": xeon},
             "threads2 attention.n_kv_heads=4": {"started": True, "folder": "logs/exp/multiruns/s1",
                                                 "dir": "logs/exp/multiruns/s1"},
             "numerics": {"avx2": "scalar", "threads2": "threads2"}}
-    why = run_design.cpu_clash(done, "threads2 attention.n_kv_heads=2", "exp", xeon)
-    assert why == ("threads2 attention.n_kv_heads=2: the threads2 runs of this stratum ran on " + zen3 + ", and this "
-                   "machine is " + xeon + ": its arms would be compared across CPUs. Resume it on that CPU (python "
-                   "scripts/design_runs.py restore exp), or leave threads2 out with --numerics")
-    assert run_design.cpu_clash(done, "threads2 attention.n_kv_heads=2", "exp", zen3) is None
-    assert run_design.cpu_clash(done, "scalar attention.n_kv_heads=2", "exp", xeon) is None  # another numerics
-    assert run_design.cpu_clash(done, "A", "exp", zen3) is None  # stage A only chooses
-    done["B attention.n_kv_heads=4"] = {"started": True, "folder": None, "cpu": xeon}  # recorded when it started
-    assert "ran on " + xeon in run_design.cpu_clash(done, "B attention.n_kv_heads=1", "exp", zen3)
-    assert "--numerics" not in run_design.cpu_clash(done, "B attention.n_kv_heads=1", "exp", zen3)  # B is the design
+    clash = run_design.machine_clash
+    assert clash(done, "threads2 attention.n_kv_heads=2", "exp", xeon) == (
+        "threads2 attention.n_kv_heads=2: the threads2 runs of this stratum ran on " + zen3 + ", and this machine is "
+        + xeon + ": its arms would be compared across machines. Resume it on that machine (python "
+        "scripts/design_runs.py restore exp), or leave threads2 out with --numerics")
+    assert clash(done, "threads2 attention.n_kv_heads=2", "exp", zen3) is None
+    assert clash(done, "scalar attention.n_kv_heads=2", "exp", xeon) is None  # another numerics
+    assert clash(done, "A", "exp", zen3) is None  # stage A only chooses
+    h100 = run_design.machine({"processor": xeon, "device": "NVIDIA H100 80GB HBM3"})
+    assert h100 == xeon + " with NVIDIA H100 80GB HBM3"
+    done["B attention.n_kv_heads=4"] = {"started": True, "folder": None, "machine": h100}  # recorded when it started
+    assert "ran on " + h100 in clash(done, "B attention.n_kv_heads=1", "exp", xeon + " with NVIDIA H200")
+    assert "--numerics" not in clash(done, "B attention.n_kv_heads=1", "exp", xeon)  # B is the design itself
