@@ -22,7 +22,7 @@ used to train every later stage), so editing the tree or committing while a desi
 with uncommitted changes under src/ is refused. The reports are this checkout's `mhalab report` (analysis fixes
 reach a design started before them). Resumable: run the same command again; finished
 stages are skipped (logs/EXPERIMENT/design/state.json) and a started one continues with resume=true. The stages
-of one numerics (stage B, or a second numerics: one stage an arm) run on one kind of machine (CPU, and GPU if any):
+of one numerics (stage B, or a second numerics: one stage an arm) run on one kind of machine (GPU, or CPU):
 another is refused them, since their arms would be compared across machines (stage A, which only chooses, may
 span machines). Stage B does
 not start when the baseline's chosen cell left a stage-A run short of the endpoint threshold (censored baseline):
@@ -142,15 +142,15 @@ def numerics_here(kind: str, probe=capability) -> tuple[str, str | None]:
 
 MACHINE = """import torch
 from mhalab.runs.summary import cpu_name
-print(cpu_name() + (f" with {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""))
+print(torch.cuda.get_device_name() if torch.cuda.is_available() else cpu_name())
 """
 
 
 def machine(environment: dict) -> str:
-    """What a run's numerics ran on, from its summary's environment: its CPU (processor), and its GPU where it had
-    one (device); this_machine's words, so the two compare."""
+    """What a run's numerics ran on, from its summary's environment: its GPU where it had one (device), else its CPU
+    (processor: model, family and vector instructions); this_machine's words, so the two compare."""
     device = environment.get("device")
-    return f"{environment.get('processor')}" + (f" with {device}" if device not in (None, "cpu") else "")
+    return str(device if device not in (None, "cpu") else environment.get("processor"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -177,7 +177,7 @@ def group_machines(done: dict, group: str, task: str) -> set[str]:
 
 
 def machine_clash(done: dict, name: str, task: str, here: str) -> str | None:
-    """Why stage `name` must not run on this machine (`here`: its CPU, and GPU if any), or None. The arms of one
+    """Why stage `name` must not run on this machine (`here`: its GPU, or CPU), or None. The arms of one
     numerics are compared with one another, so all their runs run on one kind of machine: another CPU's kernels and
     BLAS path (or another GPU) are another numerics, and arms split across two would compare machines as well as
     arms. Stage A only chooses each arm's rate, and its runs may span machines."""

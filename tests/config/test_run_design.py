@@ -538,8 +538,9 @@ def test_the_arms_of_one_numerics_run_on_one_machine(tmp_path, monkeypatch):
     assert clash(done, "threads2 attention.n_kv_heads=2", "exp", zen3) is None
     assert clash(done, "scalar attention.n_kv_heads=2", "exp", xeon) is None  # another numerics
     assert clash(done, "A", "exp", zen3) is None  # stage A only chooses
-    h100 = run_design.machine({"processor": xeon, "device": "NVIDIA H100 80GB HBM3"})
-    assert h100 == xeon + " with NVIDIA H100 80GB HBM3"
+    h100 = run_design.machine({"processor": xeon, "device": "NVIDIA H100 80GB HBM3"})  # a GPU run: its GPU
+    assert h100 == "NVIDIA H100 80GB HBM3" and run_design.machine({"processor": zen3, "device": "cpu"}) == zen3
     done["B attention.n_kv_heads=4"] = {"started": True, "folder": None, "machine": h100}  # recorded when it started
-    assert "ran on " + h100 in clash(done, "B attention.n_kv_heads=1", "exp", xeon + " with NVIDIA H200")
+    assert "ran on " + h100 in clash(done, "B attention.n_kv_heads=1", "exp", "NVIDIA H200")
     assert "--numerics" not in clash(done, "B attention.n_kv_heads=1", "exp", xeon)  # B is the design itself
+    assert clash(done, "B attention.n_kv_heads=1", "exp", h100) is None  # the same GPU, whatever its host's CPU
