@@ -186,8 +186,8 @@ def machine_clash(done: dict, name: str, task: str, here: str) -> str | None:
     if not other:
         return None
     return (f"{name}: the {group} runs of this stratum ran on {', '.join(other)}, and this machine is {here}: its arms "
-            f"would be compared across machines. Resume it on that machine (python scripts/design_runs.py restore {task})"
-            + (f", or leave {group} out with --numerics" if group != "B" else ""))
+            "would be compared across machines. Resume it on that machine (python scripts/design_runs.py restore "
+            f"{task})" + (f", or leave {group} out with --numerics" if group != "B" else ""))
 
 
 def clashing(declared: list[str], here: dict) -> str | None:
