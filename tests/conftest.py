@@ -26,6 +26,14 @@ TINY = [
 ]
 
 
+def said(stderr: str) -> list[str]:
+    """What a refused command said: stderr's lines, less blank ones and a long sweep check's progress lines (printed
+    when checking its jobs takes seconds, as on a loaded machine)."""
+    from mhalab.runs.preflight import CHECKING
+
+    return [ln for ln in stderr.strip().splitlines() if ln.strip() and not ln.startswith(CHECKING)]
+
+
 def slow_except(values, keep, key=lambda v: v):
     """Parameters for a test whose variants repeat one promise: those whose key is in `keep` run in the default
     suite, the others are marked slow (`pytest -m slow`, which CI runs after it), so the default run stays short on

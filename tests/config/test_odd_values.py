@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import TINY
+from conftest import TINY, said
 from mhalab.checks import INT64_MAX, NAME_MAX, available_cpus, check_int, check_name, check_path
 from mhalab.errors import ConfigError
 
@@ -57,7 +57,7 @@ ODD = [
 def test_an_odd_value_is_one_sentence_before_anything_is_written(train, tmp_path, overrides, multirun, says):
     r = train(*overrides, multirun=multirun)
     assert r.returncode == 2, r.stderr[-2000:]
-    lines = r.stderr.strip().splitlines()
+    lines = said(r.stderr)
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], r.stderr[-2000:]
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "logs").exists() and not (tmp_path / "out").exists()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, slow_except
+from conftest import TINY, said, slow_except
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "AKIAsecretVALUE0xC0FFEE"
@@ -57,7 +57,7 @@ def leaks(root: Path, secret: str = SECRET) -> list[str]:
 
 
 def one_sentence(stderr: str) -> str:
-    lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+    lines = said(stderr)
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in stderr, stderr[-3000:]
     return lines[0]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import slow_except
+from conftest import said, slow_except
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -232,7 +232,7 @@ def test_vector_is_refused_in_one_sentence_and_nothing_runs(ws, name):
     r = subprocess.run([sys.executable, "-m", "mhalab", "train", *(a for a in args if not a.startswith("ENV:"))],
                        cwd=ws, env=env,
                        capture_output=True, text=True, timeout=180)
-    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    lines = said(r.stderr)
     assert r.returncode == 2, f"{name}: exit {r.returncode}\n{r.stderr[-3000:]}"
     assert len(lines) == 1 and lines[0].startswith("error: "), f"{name}: {r.stderr[-3000:]}"
     assert not mark.exists(), f"{name}: the payload ran"

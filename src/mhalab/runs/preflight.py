@@ -32,6 +32,7 @@ from mhalab.runs.identity import check_not_a_run, identity, resume_sweep, resume
 from mhalab.runs.rundir import check_unlocked
 from mhalab.runs.stopping import stops_as_a_whole
 
+CHECKING = "mhalab: checking the sweep's jobs before anything is written"  # a long sweep check's progress line
 _RUN_ID: list[str] = []
 
 
@@ -379,8 +380,7 @@ def _preflight_multirun(composer, argv, overrides, multirun_flag: bool) -> Plan:
         now = time.perf_counter()
         if now - (said or t0) > (5 if said else 2):  # a long check is never silent (a short one: no line)
             said = now
-            print(f"mhalab: checking the sweep's jobs before anything is written: {i}/{len(jobs)} "
-                  f"({now - t0:.0f} s)", file=sys.stderr, flush=True)
+            print(f"{CHECKING}: {i}/{len(jobs)} ({now - t0:.0f} s)", file=sys.stderr, flush=True)
         try:
             cfg = composer.job_config(hydra, job, i)
             job_dir = os.path.join(sweep_dir, str(OmegaConf.select(cfg, "hydra.sweep.subdir")))
