@@ -34,6 +34,15 @@ def said(stderr: str) -> list[str]:
     return [ln for ln in stderr.strip().splitlines() if ln.strip() and not ln.startswith(CHECKING)]
 
 
+def refusal(r) -> str:
+    """The one sentence a refused `mhalab` command printed (`r`: a CompletedProcess or the `train` fixture's result):
+    exit 2, one stderr line starting `error: ` (`said`), no traceback."""
+    lines = said(r.stderr)
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in r.stderr, \
+        f"exit {r.returncode}\n{r.stderr[-3000:]}"
+    return lines[0]
+
+
 def slow_except(values, keep, key=lambda v: v):
     """Parameters for a test whose variants repeat one promise: those whose key is in `keep` run in the default
     suite, the others are marked slow (`pytest -m slow`, which CI runs after it), so the default run stays short on

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, said
+from conftest import TINY, refusal
 
 pytestmark = pytest.mark.proc  # every test here starts real processes
 
@@ -48,10 +48,9 @@ def finished(tmp_path_factory, data_cache) -> tuple[Path, Path, Path]:
 
 
 def refused(r: subprocess.CompletedProcess, key: str, folder: Path) -> None:
-    lines = said(r.stderr)
-    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
-    assert lines[0].startswith(f"error: {key}={folder} already holds a run")
-    assert f"resume={folder}" in lines[0] and "choose a new directory" in lines[0]
+    line = refusal(r)
+    assert line.startswith(f"error: {key}={folder} already holds a run")
+    assert f"resume={folder}" in line and "choose a new directory" in line
 
 
 def test_a_finished_run_is_not_overwritten(finished, data_cache):

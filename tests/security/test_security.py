@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import said, slow_except
+from conftest import refusal, slow_except
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -232,9 +232,7 @@ def test_vector_is_refused_in_one_sentence_and_nothing_runs(ws, name):
     r = subprocess.run([sys.executable, "-m", "mhalab", "train", *(a for a in args if not a.startswith("ENV:"))],
                        cwd=ws, env=env,
                        capture_output=True, text=True, timeout=180)
-    lines = said(r.stderr)
-    assert r.returncode == 2, f"{name}: exit {r.returncode}\n{r.stderr[-3000:]}"
-    assert len(lines) == 1 and lines[0].startswith("error: "), f"{name}: {r.stderr[-3000:]}"
+    refusal(r)
     assert not mark.exists(), f"{name}: the payload ran"
     assert not out.exists(), f"{name}: wrote outside the run"
     assert not (ws / "root" / "logs").exists(), f"{name}: a run directory was made"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY
+from conftest import TINY, refusal
 from mhalab.training.console import StepEta
 
 MHALAB = [sys.executable, "-m", "mhalab"]
@@ -226,12 +226,10 @@ def test_trainer_settings_are_checked_against_the_batches_of_the_data():
 @pytest.mark.slow
 def test_val_check_interval_beyond_an_epoch_is_one_sentence_and_no_run_directory(run_train, tmp_path):
     r = run_train("trainer.val_check_interval=50")
-    assert r.returncode == 2, r.stderr
-    assert r.stderr.strip().splitlines()[-1] == (
+    assert refusal(r) == (
         "error: trainer.val_check_interval=50 is more than the 3 training batches of an epoch (with "
         "trainer.limit_train_batches=3); give a count <= 3, a fraction of an epoch in (0, 1], or "
         "trainer.check_val_every_n_epoch=null to count batches across epochs")
-    assert "Traceback" not in r.stderr
     assert not list((tmp_path / "logs").rglob("summary.json")) and not list((tmp_path / "logs").rglob(".hydra"))
 
 

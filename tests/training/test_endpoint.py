@@ -4,6 +4,8 @@ opt-in stop there."""
 import json
 from pathlib import Path
 
+from conftest import refusal
+
 
 def _summary(root: Path) -> dict:
     (path,) = root.glob("logs/train/runs/*/summary.json")
@@ -40,4 +42,4 @@ def test_bad_endpoint_values_are_one_sentence(train):
                               ("endpoint.threshold=inf", "endpoint.threshold=inf"),
                               ("endpoint.margin=0", "endpoint.margin=0")):
         r = train(override)
-        assert r.returncode == 2 and message in r.stderr, (override, r.stderr[-500:])
+        assert message in refusal(r), (override, r.stderr[-500:])

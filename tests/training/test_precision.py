@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import summaries
+from conftest import refusal, summaries
 
 from mhalab.cost import kv_cache_bytes
 from mhalab.training.module import adamw_kwargs
@@ -125,9 +125,8 @@ def test_a_fused_adamw_clipped_under_mixed_precision_is_what_lightning_refuses()
 
 def test_fused_true_with_clipping_under_mixed_precision_is_one_sentence(train, tmp_path):
     r = train("optim.fused=true", "trainer.precision=bf16-mixed")
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert ("optim.fused=true with trainer.precision=bf16-mixed and trainer.gradient_clip_val=1.0: Lightning cannot "
-            "clip a fused AdamW's gradients under mixed precision") in r.stderr
+            "clip a fused AdamW's gradients under mixed precision") in refusal(r)
     assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").rglob("summary.json"))
 
 
@@ -180,5 +179,5 @@ def test_compile_runs_the_training_step_through_torch_compile():
 ])
 def test_bad_values_are_one_sentence(train, tmp_path, override, message):
     r = train(override)
-    assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert message in refusal(r), r.stderr
     assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").rglob("summary.json"))
