@@ -57,7 +57,7 @@ def test_configs_are_dataclasses_with_dotlist_overrides():
     ("complexity", "repeats=abc", "repeats"), ("complexity", "grid.n_kv_heads=[3]", "grid.n_kv_heads"),
     ("train", "n_heads=[3]", "n_heads"), ("train", "stats.every_n_steps=0", "every_n_steps"),
     ("train", "pos=rotary", "pos"), ("gpu", "steps=[nope]", "steps"), ("gpu", "d_models=[100]", "d_models"),
-    ("complexity", "grid.n", "grid.n")])
+    ("gpu", "stats_every_n_steps=0", "stats_every_n_steps"), ("complexity", "grid.n", "grid.n")])
 def test_a_bad_override_is_one_sentence_naming_the_key_and_exit_2(sub, override, names, capsys):
     argv = [sub, override, "out_dir=/nonexistent/never"] if sub != "gpu" else [sub, override]
     assert run_command(["bench", *argv]) == 2
@@ -366,7 +366,7 @@ def test_gpu_batches_size_themselves_from_free_memory(monkeypatch):
     cfg = parse(config.GpuConfig, ["d_models=[512]", "compile=[false]"])
     monkeypatch.setattr(gpu, "free_memory_bytes", lambda device: 40 * 2 ** 30)
     ((label, tc, note),) = gpu.throughput_configs(cfg, torch.device("cpu"))
-    assert label == "d512-eager" and tc.batch in (1, 2, 4, 8, 16, 32, 64) and tc.amp_bf16 and tc.n_heads == [8]
+    assert label == "d512-eager" and tc.batch in (1, 2, 4, 8, 16, 32, 64) and tc.amp_bf16 and tc.n_heads == [8] and tc.stats.every_n_steps == 500
     monkeypatch.setattr(gpu, "free_memory_bytes", lambda device: 2 ** 20)
     ((label, tc, note),) = gpu.throughput_configs(cfg, torch.device("cpu"))
     assert tc is None and "not even batch 1 fits" in note

@@ -336,6 +336,8 @@ class GpuConfig:
     train_steps: int = 200  # optimizer steps of each `mhalab train trainer=gpu` run (3 in a dry run)
     train_tasks: Optional[List[str]] = None  # None: the default task, and mqar where mhalab.data.config.TASKS has it
     train_overrides: List[str] = field(default_factory=list)  # added to every `mhalab train` call
+    stats_every_n_steps: int = 500  # throughput: the statistics pass's interval, as the GPU setups run it
+    #                                  (setup=mqar_gpu 500, lm_gpu 1000; the pass itself is timed alone)
     d_models: List[int] = field(default_factory=lambda: [1024, 512])  # throughput sizes (heads of 64, d_ff 4 d),
     #                                                                     the first measured first
     n_layers: int = 8
@@ -351,7 +353,7 @@ class GpuConfig:
         for s in self.steps:
             check_choice("steps", s, GPU_STEPS)
         check_number("free_fraction", self.free_fraction, 0, 1, low_open=True)
-        for key in ("train_steps", "n_layers", "seq_len", "max_batch", "max_n"):
+        for key in ("train_steps", "n_layers", "seq_len", "max_batch", "max_n", "stats_every_n_steps"):
             check_int(key, getattr(self, key), 1)
         for key in ("d_models", "decode_batch", "decode_context"):
             _positive_ints(key, getattr(self, key))

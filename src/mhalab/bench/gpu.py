@@ -213,8 +213,8 @@ def _train(cfg, out: Path, device, budget: Budget) -> dict:
 def throughput_configs(cfg, device) -> list[tuple[str, ThroughputConfig | None, str]]:
     """(label, config or None, note) per d_model x compile, the batch from `fitting_batch`; a size where not even
     batch 1 fits free_fraction of the free memory is None with a note."""
-    stats = StatsConfig(probe_size=8 if not cfg.dry_run else 2, importance_batches=2 if cfg.dry_run else 8,
-                        plots=False)
+    stats = StatsConfig(every_n_steps=cfg.stats_every_n_steps, probe_size=8 if not cfg.dry_run else 2,
+                        importance_batches=2 if cfg.dry_run else 8, plots=False)
     if cfg.dry_run:
         sizes = [dict(d_model=32, n_heads=[2], n_layers=1, d_ff=64, seq_len=16, vocab_size=64, batch=2,
                       peak_matmul_size=128)]
