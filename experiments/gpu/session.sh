@@ -12,7 +12,7 @@
 #   DESIGN_S     seconds before the design's runners are stopped (390); WORK_DIR (/tmp/gpu3)
 #   ORDER        the steps in their order ("bench design"; "design bench": the design first)
 # A later call on the same machine goes on where the last stopped (the design's state lives in WORK_DIR); on a
-# fresh machine, unpack the last call's gpu.tgz into WORK_DIR first (the paths the design's state names).
+# fresh machine, unpack the last call's archives into WORK_DIR first (the paths the design's state names).
 set -u
 OUT=${1:?usage: experiments/gpu/session.sh OUT_DIR}; W=${WORK_DIR:-/tmp/gpu3}; EXP=${EXP:-kv_capacity}
 mkdir -p "$OUT" "$W"
