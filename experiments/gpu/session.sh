@@ -15,14 +15,15 @@
 # fresh machine, unpack the last call's archives into WORK_DIR first (the paths the design's state names).
 set -u
 OUT=${1:?usage: experiments/gpu/session.sh OUT_DIR}; W=${WORK_DIR:-/tmp/gpu3}; EXP=${EXP:-kv_capacity}
+BENCH_S=${BENCH_S:-130}
 mkdir -p "$OUT" "$W"
 experiments/gpu/machine.sh "$W/machine.txt"
 BENCH=(steps="${BENCH_STEPS:-[tests,decode]}" ${BENCH_ARGS:-})
 [ "${GPU_CHECK_DRY:-0}" = 1 ] && BENCH+=(dry_run=true)
 bench() {
-  [ "${BENCH_S:-130}" = 0 ] && return
+  [ "$BENCH_S" = 0 ] && return
   echo "== bench $(date -u +%T)"
-  python3 -m mhalab bench gpu out="$W/bench" budget_s="${BENCH_S:-130}" "${BENCH[@]}" > "$W/bench.log" 2>&1
+  python3 -m mhalab bench gpu out="$W/bench" budget_s="$BENCH_S" "${BENCH[@]}" > "$W/bench.log" 2>&1
   echo "bench exit $? $(date -u +%T)"; tail -25 "$W/bench.log"
 }
 design() {

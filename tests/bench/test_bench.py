@@ -367,7 +367,7 @@ def test_gpu_batches_size_themselves_from_free_memory(monkeypatch):
     monkeypatch.setattr(gpu, "free_memory_bytes", lambda device: 40 * 2 ** 30)
     ((label, tc, note),) = gpu.throughput_configs(cfg, torch.device("cpu"))
     assert label == "d512-eager" and tc.batch in (1, 2, 4, 8, 16, 32, 64) and tc.amp_bf16 and tc.n_heads == [8]
-    assert tc.stats.every_n_steps == 500  # the GPU setups' interval (stats_every_n_steps)
+    assert tc.stats.every_n_steps == 500  # the MQAR setups' interval (stats_every_n_steps)
     monkeypatch.setattr(gpu, "free_memory_bytes", lambda device: 2 ** 20)
     ((label, tc, note),) = gpu.throughput_configs(cfg, torch.device("cpu"))
     assert tc is None and "not even batch 1 fits" in note

@@ -336,8 +336,8 @@ class GpuConfig:
     train_steps: int = 200  # optimizer steps of each `mhalab train trainer=gpu` run (3 in a dry run)
     train_tasks: Optional[List[str]] = None  # None: the default task, and mqar where mhalab.data.config.TASKS has it
     train_overrides: List[str] = field(default_factory=list)  # added to every `mhalab train` call
-    stats_every_n_steps: int = 500  # throughput: the statistics pass's interval, as the GPU setups run it
-    #                                  (setup=mqar_gpu 500, lm_gpu 1000; the pass itself is timed alone)
+    stats_every_n_steps: int = 500  # throughput: the statistics pass's interval, as the MQAR setups run it
+    #                                  (mqar_gpu, mqar_cpu; lm_gpu 1000); the pass itself is timed alone
     d_models: List[int] = field(default_factory=lambda: [1024, 512])  # throughput sizes (heads of 64, d_ff 4 d),
     #                                                                     the first measured first
     n_layers: int = 8
