@@ -24,7 +24,9 @@ reach a design started before them). Resumable: run the same command again; fini
 stages are skipped (logs/EXPERIMENT/design/state.json) and a started one continues with resume=true. The stages
 of one numerics (stage B, or a second numerics: one stage an arm) run on one kind of machine (GPU, or CPU):
 another is refused them, since their arms would be compared across machines (stage A, which only chooses, may
-span machines). Stage B does
+span machines). A second numerics stranded on a machine that does not come back is run again whole on this one with
+`--set-aside NUMERICS --strata I`: its stages are kept in the state as "set-aside <stage>" (the machine they ran on,
+never read by a report) and its fresh seeds run again here, a change of machine as well. Stage B does
 not start when the baseline's chosen cell left a stage-A run short of the endpoint threshold (censored baseline):
 the design then needs a longer budget, declared before anything more runs.
 """
@@ -187,7 +189,29 @@ def machine_clash(done: dict, name: str, task: str, here: str) -> str | None:
         return None
     return (f"{name}: the {group} runs of this stratum ran on {', '.join(other)}, and this machine is {here}: its arms "
             "would be compared across machines. Resume it on that machine (python scripts/design_runs.py restore "
-            f"{task})" + (f", or leave {group} out with --numerics" if group != "B" else ""))
+            f"{task})" + (f", leave {group} out with --numerics, or run it again whole here with --set-aside {group}"
+                       if group != "B" else ""))
+
+
+def set_aside(done: dict, group: str, here: str, task: str) -> list[str]:
+    """Set aside the stages of a second numerics (`group`) of one stratum whose runs ran on another machine than
+    `here`, so that it runs again whole here: each stage is kept as "set-aside <stage>" with its machines, which no
+    report reads. Returns the stages set aside (none when that was done before: its runs here resume); ValueError
+    says why it cannot be: stage A and B are never set aside (the choice and the verdict's first numerics), nor a
+    numerics whose runs all ran here (resume it instead)."""
+    if group in ("A", "B"):
+        raise ValueError(f"--set-aside {group}: only a second numerics can be set aside, not stage A or B")
+    ran = group_machines(done, group, task)
+    if ran <= {here} and any(n.startswith(f"set-aside {group} ") for n in done):
+        return []
+    if not ran:
+        raise ValueError(f"--set-aside {group}: this stratum has no {group} runs to set aside")
+    if ran == {here}:
+        raise ValueError(f"--set-aside {group}: its runs ran on this machine ({here}); resume them instead")
+    names = [n for n, stage in done.items() if isinstance(stage, dict) and n.split(" ")[0] == group]
+    for name in names:
+        done[f"set-aside {name}"] = {**done.pop(name), "ran_on": sorted(ran), "set_aside_on": here}
+    return names
 
 
 def clashing(declared: list[str], here: dict) -> str | None:
@@ -311,9 +335,18 @@ def censored_baseline(a_dir: Path, baseline: str | None, threshold: float | None
 
 
 def run_stratum(experiment: str, stratum: list[str], p: dict, numerics: list[str], state: dict, save,
-                folder: Path, extra: list[str]) -> None:
+                folder: Path, extra: list[str], aside: list[str] = ()) -> None:
     key = " ".join(stratum) or "-"
     done = state.setdefault(key, {})
+    for group in aside:
+        try:
+            moved = set_aside(done, group, this_machine(), p["task_name"])
+        except ValueError as e:
+            sys.exit(f"[{key}] {e}: refused")
+        if moved:
+            save()
+            print(f"[{key}] {group}: {len(moved)} stages run on another machine set aside ("
+                  f"{', '.join('set-aside ' + n for n in moved)}); it runs again whole here", flush=True)
 
     def stage(name: str, args: list[str], env: dict | None = None) -> Path:
         if name in done and done[name].get("dir"):
@@ -385,6 +418,8 @@ def main(argv: list[str]) -> None:
     ap.add_argument("experiment")
     ap.add_argument("--numerics", default="avx2,threads2", help="second numerics to run after stage B, in order")
     ap.add_argument("--strata", default=None, help="run only these strata (indices into design.strata, e.g. 0,2)")
+    ap.add_argument("--set-aside", default="", help="second numerics whose runs ran on another machine, run again "
+                    "whole on this one (with --strata)")
     ap.add_argument("--config-dir", default=None, help="your own config folder (mhalab train --config-dir)")
     ap.add_argument("--no-freeze", action="store_true", help="run the code on PYTHONPATH, not a frozen copy of HEAD "
                     "(tests; a design's recorded runs use the frozen copy)")
@@ -400,6 +435,9 @@ def main(argv: list[str]) -> None:
     base = root() / "logs" / p["task_name"] / "design"
     base.mkdir(parents=True, exist_ok=True)
     numerics = [n for n in args.numerics.split(",") if n]
+    aside = [n for n in args.set_aside.split(",") if n]
+    if aside and args.strata is None:
+        sys.exit("--set-aside: name the strata whose runs it sets aside with --strata (e.g. --strata 2)")
     for n in numerics:
         if n not in NUMERICS or n == "default":
             sys.exit(f"--numerics {n!r}: give a comma-separated list of "
@@ -426,7 +464,7 @@ def main(argv: list[str]) -> None:
         folder = base / (f"stratum{i}" if p["strata"] else "all")
         folder.mkdir(exist_ok=True)
         run_stratum(args.experiment, strata[i], plan(args.experiment, strata[i], args.config_dir), numerics, state,
-                    save, folder, extra)
+                    save, folder, extra, aside)
     print(f"design {args.experiment}: done; reports under {base}", flush=True)
 
 

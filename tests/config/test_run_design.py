@@ -534,7 +534,8 @@ def test_the_arms_of_one_numerics_run_on_one_machine(tmp_path, monkeypatch):
     assert clash(done, "threads2 attention.n_kv_heads=2", "exp", xeon) == (
         "threads2 attention.n_kv_heads=2: the threads2 runs of this stratum ran on " + zen3 + ", and this machine is "
         + xeon + ": its arms would be compared across machines. Resume it on that machine (python "
-        "scripts/design_runs.py restore exp), or leave threads2 out with --numerics")
+        "scripts/design_runs.py restore exp), leave threads2 out with --numerics, or run it again whole here with "
+        "--set-aside threads2")
     assert clash(done, "threads2 attention.n_kv_heads=2", "exp", zen3) is None
     assert clash(done, "scalar attention.n_kv_heads=2", "exp", xeon) is None  # another numerics
     assert clash(done, "A", "exp", zen3) is None  # stage A only chooses
@@ -544,3 +545,42 @@ def test_the_arms_of_one_numerics_run_on_one_machine(tmp_path, monkeypatch):
     assert "ran on " + h100 in clash(done, "B attention.n_kv_heads=1", "exp", "NVIDIA H200")
     assert "--numerics" not in clash(done, "B attention.n_kv_heads=1", "exp", xeon)  # B is the design itself
     assert clash(done, "B attention.n_kv_heads=1", "exp", h100) is None  # the same GPU, whatever its host's CPU
+
+
+def test_a_stranded_numerics_is_set_aside_and_runs_again_whole_here(tmp_path, monkeypatch):
+    """--set-aside keeps a second numerics' stages that ran on another machine under "set-aside <stage>" (their
+    machines recorded, no report reads them), so its fresh seeds run again whole here and the clash is gone; doing
+    it again once its new runs are here changes nothing; stage A or B, a numerics with no runs or one whose runs ran
+    here are refused in one sentence."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import run_design
+    from mhalab.runs.summary import RunSummary, write_summary
+
+    monkeypatch.setenv("MHALAB_ROOT", str(tmp_path))
+    zen3, xeon = "AMD EPYC (family 25 model 1, avx2)", "Intel Xeon (family 6 model 167, avx512)"
+    job = tmp_path / "logs" / "exp" / "multiruns" / "s1" / "0"
+    job.mkdir(parents=True)
+    write_summary(job, RunSummary(status="ok", environment={"processor": zen3, "device": "cpu"}))
+    done = {"A": {"started": True, "dir": "logs/exp/multiruns/s0", "machine": zen3},
+            "B attention.n_kv_heads=4": {"started": True, "dir": "logs/exp/multiruns/s2", "machine": zen3},
+            "threads2 attention.n_kv_heads=4": {"started": True, "folder": "logs/exp/multiruns/s1",
+                                                "dir": "logs/exp/multiruns/s1"},
+            "threads2 attention.n_kv_heads=2": {"started": True, "folder": "logs/exp/multiruns/s3"},
+            "numerics": {"avx2": "scalar", "threads2": "threads2"}}
+    for group, why in (("B", "only a second numerics can be set aside, not stage A or B"),
+                       ("scalar", "this stratum has no scalar runs to set aside")):
+        with pytest.raises(ValueError, match=why):
+            run_design.set_aside(done, group, xeon, "exp")
+    with pytest.raises(ValueError, match="its runs ran on this machine .* resume them instead"):
+        run_design.set_aside(done, "threads2", zen3, "exp")
+    assert run_design.set_aside(done, "threads2", xeon, "exp") == [
+        "threads2 attention.n_kv_heads=4", "threads2 attention.n_kv_heads=2"]
+    assert done["set-aside threads2 attention.n_kv_heads=4"] == {
+        "started": True, "folder": "logs/exp/multiruns/s1", "dir": "logs/exp/multiruns/s1", "ran_on": [zen3],
+        "set_aside_on": xeon}
+    assert not any(n.startswith("threads2 ") for n in done)
+    assert run_design.machine_clash(done, "threads2 attention.n_kv_heads=2", "exp", xeon) is None
+    assert run_design.bad_state({"s": done}, "exp") is None  # the state still reads back (design_runs restore)
+    done["threads2 attention.n_kv_heads=4"] = {"started": True, "folder": None, "machine": xeon}  # runs again here
+    before = json.dumps(done)
+    assert run_design.set_aside(done, "threads2", xeon, "exp") == [] and json.dumps(done) == before  # a resume
