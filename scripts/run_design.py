@@ -24,9 +24,9 @@ reach a design started before them). Resumable: run the same command again; fini
 stages are skipped (logs/EXPERIMENT/design/state.json) and a started one continues with resume=true. The stages
 of one numerics (stage B, or a second numerics: one stage an arm) run on one kind of machine (GPU, or CPU):
 another is refused them, since their arms would be compared across machines (stage A, which only chooses, may
-span machines). A second numerics stranded on a machine that does not come back is run again whole on this one with
-`--set-aside NUMERICS --strata I`: its stages are kept in the state as "set-aside <stage>" (the machine they ran on,
-never read by a report) and its fresh seeds run again here, a change of machine as well. Stage B does
+span machines). A numerics (stage B, or a second one) stranded on a machine that does not come back runs again whole
+on this one with `--set-aside NUMERICS --strata I`: its stages are kept in the state as "set-aside <stage>" (the
+machine they ran on, never read by a report) and all its arms run again here on the same seeds. Stage B does
 not start when the baseline's chosen cell left a stage-A run short of the endpoint threshold (censored baseline):
 the design then needs a longer budget, declared before anything more runs.
 """
@@ -189,21 +189,26 @@ def machine_clash(done: dict, name: str, task: str, here: str) -> str | None:
         return None
     return (f"{name}: the {group} runs of this stratum ran on {', '.join(other)}, and this machine is {here}: its arms "
             "would be compared across machines. Resume it on that machine (python scripts/design_runs.py restore "
-            f"{task})" + (f", leave {group} out with --numerics, or run it again whole here with --set-aside {group}"
-                       if group != "B" else ""))
+            f"{task})" + (f", leave {group} out with --numerics" if group != "B" else "")
+            + f", or run it again whole here with --set-aside {group}")
 
 
 def set_aside(done: dict, group: str, here: str, task: str) -> list[str]:
-    """Set aside the stages of a second numerics (`group`) of one stratum whose runs ran on another machine than
-    `here`, so that it runs again whole here: each stage is kept as "set-aside <stage>" with its machines, which no
-    report reads. Returns the stages set aside (none when that was done before: its runs here resume); ValueError
-    says why it cannot be: stage A and B are never set aside (the choice and the verdict's first numerics), nor a
-    numerics whose runs all ran here (resume it instead)."""
-    if group in ("A", "B"):
-        raise ValueError(f"--set-aside {group}: only a second numerics can be set aside, not stage A or B")
+    """Set aside the stages of one numerics (`group`: stage B or a second numerics) of one stratum whose runs ran on
+    another machine than `here`, so that it runs again whole here, every arm on this machine at its frozen choice:
+    each stage is kept as "set-aside <stage>" with its machines, which no report reads. Returns the stages set aside
+    (none when that was done before and its runs here resume); ValueError says why it cannot be: stage A (the
+    choice, which may span machines), a numerics with no runs or whose runs all ran here (resume it instead), or
+    one set aside before whose new runs ran on yet another machine (resume them there)."""
+    if group == "A":
+        raise ValueError("--set-aside A: stage A only chooses and may span machines; name B or a second numerics")
     ran = group_machines(done, group, task)
-    if ran <= {here} and any(n.startswith(f"set-aside {group} ") for n in done):
+    before = any(n.startswith(f"set-aside {group} ") for n in done)
+    if before and ran <= {here}:
         return []
+    if before:
+        raise ValueError(f"--set-aside {group}: set aside once already, and its new runs ran on "
+                         f"{', '.join(sorted(ran))}; resume them there")
     if not ran:
         raise ValueError(f"--set-aside {group}: this stratum has no {group} runs to set aside")
     if ran == {here}:

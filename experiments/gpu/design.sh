@@ -5,9 +5,11 @@
 #   (a design without design.strata is one stratum: STRATA 0)
 #   GPU_CHECK_DRY=1 experiments/gpu/design.sh ...                          the same on the CPU, tiny: checks the script
 # Env: JOBS runs at a time per runner (8), DESIGN_S seconds before every runner is stopped (450; what finished is
-# kept). Stratum i keeps its state and runs in OUT_DIR/stratum-<i>/logs/... whichever runner runs it
-# (scripts/run_design.py with MHALAB_ROOT there; --no-freeze: the code is the tree this script runs from), so the
-# same OUT_DIR given again, on the same machine, resumes every stratum where it stopped.
+# kept), SET_ASIDE a numerics whose runs ran on another GPU, run again whole on this one (run_design.py --set-aside:
+# e.g. B for kv_capacity loads 4 and 8, whose float32 stage B was cut on an H100; give only those strata).
+# Stratum i keeps its state and runs in OUT_DIR/stratum-<i>/logs/... whichever runner runs it (scripts/run_design.py
+# with MHALAB_ROOT there; --no-freeze: the code is the tree this script runs from), so the same OUT_DIR given again,
+# on the same machine, resumes every stratum where it stopped.
 set -u
 EXP=${1:?usage: experiments/gpu/design.sh EXPERIMENT OUT_DIR STRATA [STRATA ...]}; OUT=${2:?}; shift 2
 JOBS=${JOBS:-8}; DESIGN_S=${DESIGN_S:-450}
@@ -18,11 +20,12 @@ else
   TRAINER=(trainer=gpu trainer.precision=32-true)
 fi
 mkdir -p "$OUT"
-export EXP OUT JOBS
+export EXP OUT JOBS SET_ASIDE=${SET_ASIDE:-}
 RUNNER='for i in ${1//,/ }; do  # the strata of one group, one after another
   mkdir -p "$OUT/stratum-$i"
   echo "== $EXP stratum $i $(date -u +%T)" >> "$OUT/stratum-$i/design.log"
-  MHALAB_ROOT="$OUT/stratum-$i" python3 scripts/run_design.py "$EXP" --no-freeze --numerics bf16 --strata "$i" -- \
+  MHALAB_ROOT="$OUT/stratum-$i" python3 scripts/run_design.py "$EXP" --no-freeze --numerics bf16 --strata "$i" \
+    --set-aside "$SET_ASIDE" -- \
     "${@:2}" torch_threads=1 hydra.launcher.n_jobs="$JOBS" >> "$OUT/stratum-$i/design.log" 2>&1 || exit
 done'
 for S in "$@"; do

@@ -6,8 +6,9 @@
 #   experiments/gpu/resume_kv_capacity.sh OUT && DESIGN_S=... experiments/gpu/design.sh kv_capacity OUT 0,2 1,3
 # Each finished stage is copied to OUT/stratum-<i>/logs/kv_capacity/multiruns/<stage> and named in that stratum's
 # state.json as scripts/run_design.py records it; MQA's cut stage B at loads 4 and 8 is left out, so it runs again
-# whole. What runs next: that stage B (on an H100 80GB HBM3 only: scripts/run_design.py refuses a numerics'
-# stage on another GPU than its first runs'), then every load's bf16 numerics.
+# whole. What runs next: that stage B (on an H100 80GB HBM3: scripts/run_design.py refuses a numerics' stage on
+# another GPU than its first runs'; on any other GPU, stage B of loads 4 and 8 runs again whole, every arm, with
+# SET_ASIDE=B STRATA='0 1', the H100's runs kept as set-aside stages), then every load's bf16 numerics.
 set -eu
 OUT=${1:?usage: experiments/gpu/resume_kv_capacity.sh OUT_DIR}
 SRC=experiments/kv_capacity/gpu-h100

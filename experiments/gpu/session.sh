@@ -10,6 +10,7 @@
 #   RESUME       a script run first with WORK_DIR/EXP as its argument, seeding committed stages
 #                (e.g. experiments/gpu/resume_kv_capacity.sh); skipped where that folder exists already
 #   DESIGN_S     seconds before the design's runners are stopped (390); WORK_DIR (/tmp/gpu3)
+#   SET_ASIDE    a numerics of STRATA run again whole on this GPU (experiments/gpu/design.sh; e.g. B)
 #   ORDER        the steps in their order ("bench design"; "design bench": the design first)
 # A later call on the same machine goes on where the last stopped (the design's state lives in WORK_DIR); on a
 # fresh machine, unpack the last call's archives into WORK_DIR first (the paths the design's state names).

@@ -536,6 +536,7 @@ def test_the_arms_of_one_numerics_run_on_one_machine(tmp_path, monkeypatch):
         + xeon + ": its arms would be compared across machines. Resume it on that machine (python "
         "scripts/design_runs.py restore exp), leave threads2 out with --numerics, or run it again whole here with "
         "--set-aside threads2")
+    assert clash(done, "threads2 attention.n_kv_heads=2", "exp", xeon).count("--set-aside threads2") == 1
     assert clash(done, "threads2 attention.n_kv_heads=2", "exp", zen3) is None
     assert clash(done, "scalar attention.n_kv_heads=2", "exp", xeon) is None  # another numerics
     assert clash(done, "A", "exp", zen3) is None  # stage A only chooses
@@ -544,14 +545,15 @@ def test_the_arms_of_one_numerics_run_on_one_machine(tmp_path, monkeypatch):
     done["B attention.n_kv_heads=4"] = {"started": True, "folder": None, "machine": h100}  # recorded when it started
     assert "ran on " + h100 in clash(done, "B attention.n_kv_heads=1", "exp", "NVIDIA H200")
     assert "--numerics" not in clash(done, "B attention.n_kv_heads=1", "exp", xeon)  # B is the design itself
+    assert clash(done, "B attention.n_kv_heads=1", "exp", xeon).endswith("run it again whole here with --set-aside B")
     assert clash(done, "B attention.n_kv_heads=1", "exp", h100) is None  # the same GPU, whatever its host's CPU
 
 
 def test_a_stranded_numerics_is_set_aside_and_runs_again_whole_here(tmp_path, monkeypatch):
-    """--set-aside keeps a second numerics' stages that ran on another machine under "set-aside <stage>" (their
-    machines recorded, no report reads them), so its fresh seeds run again whole here and the clash is gone; doing
-    it again once its new runs are here changes nothing; stage A or B, a numerics with no runs or one whose runs ran
-    here are refused in one sentence."""
+    """--set-aside keeps a numerics' stages that ran on another machine under "set-aside <stage>" (their machines
+    recorded, no report reads them), so its seeds run again whole here and the clash is gone; doing it again once
+    its new runs are here changes nothing, and on a third machine is refused (no set-aside is overwritten); stage A,
+    a numerics with no runs or one whose runs ran here are refused in one sentence; stage B can be set aside."""
     sys.path.insert(0, str(REPO / "scripts"))
     import run_design
     from mhalab.runs.summary import RunSummary, write_summary
@@ -567,7 +569,7 @@ def test_a_stranded_numerics_is_set_aside_and_runs_again_whole_here(tmp_path, mo
                                                 "dir": "logs/exp/multiruns/s1"},
             "threads2 attention.n_kv_heads=2": {"started": True, "folder": "logs/exp/multiruns/s3"},
             "numerics": {"avx2": "scalar", "threads2": "threads2"}}
-    for group, why in (("B", "only a second numerics can be set aside, not stage A or B"),
+    for group, why in (("A", "stage A only chooses and may span machines"),
                        ("scalar", "this stratum has no scalar runs to set aside")):
         with pytest.raises(ValueError, match=why):
             run_design.set_aside(done, group, xeon, "exp")
@@ -584,3 +586,7 @@ def test_a_stranded_numerics_is_set_aside_and_runs_again_whole_here(tmp_path, mo
     done["threads2 attention.n_kv_heads=4"] = {"started": True, "folder": None, "machine": xeon}  # runs again here
     before = json.dumps(done)
     assert run_design.set_aside(done, "threads2", xeon, "exp") == [] and json.dumps(done) == before  # a resume
+    with pytest.raises(ValueError, match="set aside once already, and its new runs ran on .*family 6.*resume them"):
+        run_design.set_aside(done, "threads2", "AMD EPYC (family 25 model 17, avx512)", "exp")
+    assert run_design.set_aside(done, "B", xeon, "exp") == ["B attention.n_kv_heads=4"]  # the verdict's numerics too
+    assert done["set-aside B attention.n_kv_heads=4"]["ran_on"] == [zen3]
