@@ -513,23 +513,32 @@ def test_a_design_runs_only_code_of_this_checkouts_history(tmp_path):
     assert not list(tmp_path.glob("*.partial"))
 
 
-def test_the_arms_of_one_numerics_run_on_one_machine(tmp_path, monkeypatch):
-    """A numerics whose first arm ran on one CPU (or GPU) refuses its next arm on another (the arms would be compared
-    across machines), read from the finished jobs' summaries where an older runner recorded no machine; stage A,
-    another numerics or the same machine runs."""
+ZEN3, XEON = "AMD EPYC (family 25 model 1, avx2)", "Intel Xeon (family 6 model 143, avx512)"
+
+
+def threads2_on_zen3(tmp_path, monkeypatch):
+    """run_design, and a stratum's state whose 2-thread numerics has one arm's runs, on a Zen 3 (read from the job's
+    summary: no machine recorded), under MHALAB_ROOT=tmp_path."""
     sys.path.insert(0, str(REPO / "scripts"))
     import run_design
     from mhalab.runs.summary import RunSummary, write_summary
 
     monkeypatch.setenv("MHALAB_ROOT", str(tmp_path))
-    zen3, xeon = "AMD EPYC (family 25 model 1, avx2)", "Intel Xeon (family 6 model 143, avx512)"
     job = tmp_path / "logs" / "exp" / "multiruns" / "s1" / "0"
     job.mkdir(parents=True)
-    write_summary(job, RunSummary(status="ok", environment={"processor": zen3, "device": "cpu"}))
-    done = {"A": {"started": True, "dir": "logs/exp/multiruns/s0", "machine": xeon},
-            "threads2 attention.n_kv_heads=4": {"started": True, "folder": "logs/exp/multiruns/s1",
-                                                "dir": "logs/exp/multiruns/s1"},
-            "numerics": {"avx2": "scalar", "threads2": "threads2"}}
+    write_summary(job, RunSummary(status="ok", environment={"processor": ZEN3, "device": "cpu"}))
+    return run_design, {"A": {"started": True, "dir": "logs/exp/multiruns/s0", "machine": XEON},
+                        "threads2 attention.n_kv_heads=4": {"started": True, "folder": "logs/exp/multiruns/s1",
+                                                            "dir": "logs/exp/multiruns/s1"},
+                        "numerics": {"avx2": "scalar", "threads2": "threads2"}}
+
+
+def test_the_arms_of_one_numerics_run_on_one_machine(tmp_path, monkeypatch):
+    """A numerics whose first arm ran on one CPU (or GPU) refuses its next arm on another (the arms would be compared
+    across machines), read from the finished jobs' summaries where an older runner recorded no machine; stage A,
+    another numerics or the same machine runs."""
+    run_design, done = threads2_on_zen3(tmp_path, monkeypatch)
+    zen3, xeon = ZEN3, XEON
     clash = run_design.machine_clash
     assert clash(done, "threads2 attention.n_kv_heads=2", "exp", xeon) == (
         "threads2 attention.n_kv_heads=2: the threads2 runs of this stratum ran on " + zen3 + ", and this machine is "
@@ -554,21 +563,10 @@ def test_a_stranded_numerics_is_set_aside_and_runs_again_whole_here(tmp_path, mo
     recorded, no report reads them), so its seeds run again whole here and the clash is gone; doing it again once
     its new runs are here changes nothing, and on a third machine is refused (no set-aside is overwritten); stage A,
     a numerics with no runs or one whose runs ran here are refused in one sentence; stage B can be set aside."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    import run_design
-    from mhalab.runs.summary import RunSummary, write_summary
-
-    monkeypatch.setenv("MHALAB_ROOT", str(tmp_path))
-    zen3, xeon = "AMD EPYC (family 25 model 1, avx2)", "Intel Xeon (family 6 model 167, avx512)"
-    job = tmp_path / "logs" / "exp" / "multiruns" / "s1" / "0"
-    job.mkdir(parents=True)
-    write_summary(job, RunSummary(status="ok", environment={"processor": zen3, "device": "cpu"}))
-    done = {"A": {"started": True, "dir": "logs/exp/multiruns/s0", "machine": zen3},
-            "B attention.n_kv_heads=4": {"started": True, "dir": "logs/exp/multiruns/s2", "machine": zen3},
-            "threads2 attention.n_kv_heads=4": {"started": True, "folder": "logs/exp/multiruns/s1",
-                                                "dir": "logs/exp/multiruns/s1"},
-            "threads2 attention.n_kv_heads=2": {"started": True, "folder": "logs/exp/multiruns/s3"},
-            "numerics": {"avx2": "scalar", "threads2": "threads2"}}
+    run_design, done = threads2_on_zen3(tmp_path, monkeypatch)
+    zen3, xeon = ZEN3, XEON
+    done["B attention.n_kv_heads=4"] = {"started": True, "dir": "logs/exp/multiruns/s2", "machine": zen3}
+    done["threads2 attention.n_kv_heads=2"] = {"started": True, "folder": "logs/exp/multiruns/s3"}
     for group, why in (("A", "stage A only chooses and may span machines"),
                        ("scalar", "this stratum has no scalar runs to set aside")):
         with pytest.raises(ValueError, match=why):
