@@ -60,7 +60,7 @@ def read(items: list[str]) -> tuple[list[dict], list[dict], str]:
 
 
 def plot(points: list[dict], comparisons: list[dict], metric: str, path: Path) -> None:
-    fig = new_figure(figsize=(11, 4.4))
+    fig = new_figure(figsize=(11, 5.6))
     ax1, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     arms = list(dict.fromkeys(p["arm"] for p in points))
     numerics = list(dict.fromkeys(p["numerics"] for p in points))
@@ -93,8 +93,8 @@ def plot(points: list[dict], comparisons: list[dict], metric: str, path: Path) -
         ax.set_xlabel("d_model")
     ax1.set_ylabel(f"final {metric} (every tested run)")
     ax2.set_ylabel(f"difference from {baseline} [95% CI]\n(filled: separated after Holm)")
-    ax1.legend(fontsize=6, ncol=2)
-    ax2.legend(fontsize=6)
+    for ax in (ax1, ax2):  # below the axes: no legend hides a run
+        ax.legend(fontsize=6, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.13))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
