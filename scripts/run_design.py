@@ -423,8 +423,8 @@ def main(argv: list[str]) -> None:
     ap.add_argument("experiment")
     ap.add_argument("--numerics", default="avx2,threads2", help="second numerics to run after stage B, in order")
     ap.add_argument("--strata", default=None, help="run only these strata (indices into design.strata, e.g. 0,2)")
-    ap.add_argument("--set-aside", default="", help="second numerics whose runs ran on another machine, run again "
-                    "whole on this one (with --strata)")
+    ap.add_argument("--set-aside", default="", help="a numerics (B, or a second one) whose runs ran on another "
+                    "machine, run again whole on this one (with --strata)")
     ap.add_argument("--config-dir", default=None, help="your own config folder (mhalab train --config-dir)")
     ap.add_argument("--no-freeze", action="store_true", help="run the code on PYTHONPATH, not a frozen copy of HEAD "
                     "(tests; a design's recorded runs use the frozen copy)")
