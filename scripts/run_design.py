@@ -319,9 +319,10 @@ def analysis_env() -> dict:
 
 
 def report(dirs: list[Path], out: Path, baseline: str | None) -> None:
-    cmd = [*tuned_sweep.MHALAB, "report", *map(str, dirs), "--out", str(out), "--same-arm", ",".join(SAME_ARM)]
-    print("$ mhalab report " + " ".join(cmd[3:]) + (f" --baseline {baseline}" if baseline else ""), flush=True)
-    subprocess.run(cmd + (["--baseline", baseline] if baseline else []), check=True, env=analysis_env())
+    cmd = [*tuned_sweep.MHALAB, "report", *map(str, dirs), "--out", str(out), "--same-arm", ",".join(SAME_ARM),
+           *(["--baseline", baseline] if baseline else [])]
+    print("$ mhalab " + " ".join(cmd[3:]), flush=True)  # the command as a user types it
+    subprocess.run(cmd, check=True, env=analysis_env())
 
 
 def censored_baseline(a_dir: Path, baseline: str | None, threshold: float | None) -> str | None:
@@ -414,7 +415,7 @@ def run_stratum(experiment: str, stratum: list[str], p: dict, numerics: list[str
     made = [folder / f"report-{name}" / "report.json" for name, _, seeds in runs if seeds]
     if len(made) > 1:  # each verdict stable or flipping across the numerics (stability.md beside the reports)
         cmd = [*tuned_sweep.MHALAB, "report", "--numerics", *map(str, made), "--out", str(folder)]
-        print("$ mhalab report --numerics " + " ".join(cmd[4:]), flush=True)
+        print("$ mhalab " + " ".join(cmd[3:]), flush=True)
         subprocess.run(cmd, check=True, env=analysis_env())
 
 

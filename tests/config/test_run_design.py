@@ -214,6 +214,21 @@ def test_reports_run_this_checkout_and_keep_carried_packages(monkeypatch):
     assert run_design.analysis_env()["PYTHONPATH"] == str(REPO / "src")
 
 
+def test_a_report_prints_the_command_it_runs(monkeypatch, capsys, tmp_path):
+    """The `$ mhalab ...` line in a design's log is the report command as run (it had printed `report` twice, and
+    `--numerics` twice for the stability table), so it can be copied from the log."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import run_design
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    ran = []
+    monkeypatch.setattr(run_design.subprocess, "run", lambda cmd, **kw: ran.append(cmd))
+    run_design.report([tmp_path / "A", tmp_path / "B"], tmp_path / "out", "attention.n_kv_heads=4")
+    (printed,) = capsys.readouterr().out.splitlines()
+    assert printed.startswith(f"$ mhalab report {tmp_path / 'A'} {tmp_path / 'B'} --out")
+    assert printed.split()[2:] == ran[0][3:] and ran[0][-2:] == ["--baseline", "attention.n_kv_heads=4"]
+
 def _from_a_terminal() -> None:
     """A runner started from a terminal: SIGHUP at its default, also where pytest itself runs under nohup (which
     every child would inherit as ignored, and the runner then rightly lets a hang-up pass)."""
