@@ -7,7 +7,8 @@ the largest load each arm solves.
 Each DIR is one load's report folder (`mhalab report` of stage A and that stage B: its runs.csv; the rows tested,
 `in_verdicts`, are the points). An arm solves a load when at least the `--solved` share of its tested runs reached
 the threshold (the design's rule: 7 of 8). Writes capacity_curve.csv (arm, load, runs, reached, mean final
-test/acc, solved), capacity_points.csv (every run) and capacity_curve.png into --out (default: the current folder).
+test/acc, solved, the machine and precision its runs ran with), capacity_points.csv (every run) and
+capacity_curve.png, which names the machines too, into --out (default: the current folder).
 """
 
 from __future__ import annotations
@@ -20,14 +21,15 @@ from fractions import Fraction
 from pathlib import Path
 
 from mhalab.pictures import log_dodge, new_figure
+from mhalab.runs.summary import machine
 from mhalab.tables import write_csv
 
 METRIC = "test/acc"
-COLUMNS = ["arm", "load", "runs", "reached", "mean_test_acc", "solved"]
+COLUMNS = ["arm", "load", "runs", "reached", "mean_test_acc", "solved", "ran_on"]
 
 
 def read(loads: list[str]) -> list[dict]:
-    """Every tested run of every load: {arm, load, seed, reached, test/acc}."""
+    """Every tested run of every load: {arm, load, seed, reached, test/acc, ran_on (its machine and precision)}."""
     out = []
     for item in loads:
         load, sep, folder = item.partition(":")
@@ -39,8 +41,11 @@ def read(loads: list[str]) -> list[dict]:
         with open(path) as f:
             for r in csv.DictReader(f):
                 if r["in_verdicts"] == "True":
+                    env = {k.removeprefix("env_"): v for k, v in r.items() if k.startswith("env_")}
+                    where = machine(env) if env.get("device") or env.get("processor") else "machine not recorded"
                     out.append({"arm": r["arm"], "load": int(load), "seed": int(r["seed"]),
-                                "reached": r["reached"] == "True", METRIC: float(r[METRIC])})
+                                "reached": r["reached"] == "True", METRIC: float(r[METRIC]),
+                                "ran_on": f"{where}, {env.get('precision') or 'precision not recorded'}"})
     if not out:
         sys.exit("no tested runs (in_verdicts) in these reports")
     return out
@@ -54,7 +59,8 @@ def curve(points: list[dict], solved: Fraction) -> tuple[list[dict], dict[str, i
         reached = sum(p["reached"] for p in ps)
         rows.append({"arm": arm, "load": load, "runs": len(ps), "reached": reached,
                      "mean_test_acc": statistics.fmean(p[METRIC] for p in ps),
-                     "solved": Fraction(reached, len(ps)) >= solved})
+                     "solved": Fraction(reached, len(ps)) >= solved,
+                     "ran_on": "; ".join(sorted({p["ran_on"] for p in ps}))})
     largest = {arm: max((r["load"] for r in rows if r["arm"] == arm and r["solved"]), default=None)
                for arm in sorted({r["arm"] for r in rows})}
     return rows, largest
@@ -82,8 +88,16 @@ def solved_text(arm: str, rows: list[dict], largest: int | None) -> str:
     return f"{largest if largest is not None else 'none'}" + (f" ({note})" if note else "")
 
 
+def ran_on(points: list[dict]) -> str:
+    """'loads 4, 8: <machine, precision>; loads 16, 32: <...>': the hardware of every point, by load."""
+    loads = {m: sorted({p["load"] for p in points if p["ran_on"] == m}) for m in sorted({p["ran_on"] for p in points})}
+    return "; ".join(f"load{'s' * (len(x) > 1)} {', '.join(map(str, x))}: {m}"
+                     for m, x in sorted(loads.items(), key=lambda kv: kv[1]))
+
+
 def plot(points: list[dict], rows: list[dict], largest: dict, path: Path) -> None:
-    fig = new_figure(figsize=(10, 4.6))
+    fig = new_figure(figsize=(10, 4.8))
+    fig.suptitle(f"ran on {ran_on(points)}", fontsize=8)
     ax1, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     arms = sorted({r["arm"] for r in rows})
     for i, arm in enumerate(arms):
@@ -107,7 +121,7 @@ def plot(points: list[dict], rows: list[dict], largest: dict, path: Path) -> Non
     ax2.set_ylim(-0.05, 1.05)
     ax2.legend(fontsize=7)
     fig.legend(*ax1.get_legend_handles_labels(), loc="lower center", fontsize=7, frameon=False)  # long labels:
-    fig.tight_layout(rect=(0, 0.06 * len(arms), 1, 1))  # below both panels, whole
+    fig.tight_layout(rect=(0, 0.06 * len(arms), 1, 0.97))  # below both panels, whole; the machines above
     fig.savefig(path, dpi=120)
 
 
@@ -127,10 +141,11 @@ def main(argv: list[str]) -> None:
     rows, largest = curve(points, solved)
     args.out.mkdir(parents=True, exist_ok=True)
     write_csv(args.out / "capacity_curve.csv", COLUMNS, rows)
-    write_csv(args.out / "capacity_points.csv", ["arm", "load", "seed", "reached", METRIC], points)
+    write_csv(args.out / "capacity_points.csv", ["arm", "load", "seed", "reached", METRIC, "ran_on"], points)
     plot(points, rows, largest, args.out / "capacity_curve.png")
     for arm, load in largest.items():
         print(f"{arm}: largest load solved {solved_text(arm, rows, load)}")
+    print(f"ran on {ran_on(points)}")
     print(f"wrote {args.out}/capacity_curve.csv, capacity_points.csv and capacity_curve.png")
 
 

@@ -50,7 +50,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 import tuned_sweep  # noqa: E402  (one rule for running a sweep and reading each arm's choice)
 from mhalab.atomic import write_atomic  # noqa: E402  (the project's one way to replace a file)
 from mhalab.errors import ConfigError  # noqa: E402
-from mhalab.runs.summary import read_summary  # noqa: E402  (the one reader of a run's summary.json)
+from mhalab.runs.summary import machine, read_summary  # noqa: E402  (the one reader of a run's summary.json)
 
 NUMERICS = {  # name -> (environment, overrides): the second numerics of design.numerics_seeds
     "default": ({}, []),
@@ -146,13 +146,6 @@ MACHINE = """import torch
 from mhalab.runs.summary import cpu_name
 print(torch.cuda.get_device_name() if torch.cuda.is_available() else cpu_name())
 """
-
-
-def machine(environment: dict) -> str:
-    """What a run's numerics ran on, from its summary's environment: its GPU where it had one (device), else its CPU
-    (processor: model, family and vector instructions); this_machine's words, so the two compare."""
-    device = environment.get("device")
-    return str(device if device not in (None, "cpu") else environment.get("processor"))
 
 
 @functools.lru_cache(maxsize=None)

@@ -12,18 +12,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import capacity_curve  # noqa: E402
 
 
-def report(folder: Path, reached: dict[str, int]) -> str:
+def report(folder: Path, reached: dict[str, int], env: dict | None = None) -> str:
     """A report folder's runs.csv: 8 tested runs an arm, `reached[arm]` of them at the threshold; one stage-A run
-    (not tested) that must not count."""
+    (not tested) that must not count; every run with the env_* columns `env` where given."""
     folder.mkdir(parents=True)
+    env = env or {}
     with open(folder / "runs.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, ["arm", "seed", "stage", "in_verdicts", "reached", "test/acc"])
+        w = csv.DictWriter(f, ["arm", "seed", "stage", "in_verdicts", "reached", "test/acc", *env])
         w.writeheader()
         for arm, k in reached.items():
-            w.writerow({"arm": arm, "seed": 0, "stage": "A", "in_verdicts": False, "reached": True, "test/acc": 1.0})
+            w.writerow({"arm": arm, "seed": 0, "stage": "A", "in_verdicts": False, "reached": True, "test/acc": 1.0,
+                        **env})
             for s in range(8):
                 w.writerow({"arm": arm, "seed": 10 + s, "stage": "B", "in_verdicts": True, "reached": s < k,
-                            "test/acc": 0.995 if s < k else 0.3})
+                            "test/acc": 0.995 if s < k else 0.3, **env})
     return str(folder)
 
 
@@ -64,3 +66,21 @@ def test_the_largest_load_says_what_it_hides(tmp_path, capsys):
             == "32 (not solved at 16 below it: not monotone; no tested runs at 8)")
     capacity_curve.main([*loads, "--out", str(tmp_path / "out")])
     assert "attention.n_kv_heads=1: largest load solved 32 (not solved at 16 below it" in capsys.readouterr().out
+
+
+def test_the_figure_and_table_name_the_machine_of_each_load(tmp_path, capsys):
+    """A figure whose loads ran on different machines says which ran where (a GPU by its name, a CPU by its
+    processor), with the precision; a report without env columns says the machine was not recorded."""
+    mha = "attention.n_kv_heads=4"
+    xeon = {"env_device": "cpu", "env_processor": "Intel(R) Xeon(R) Processor (family 6 model 167, avx512)",
+            "env_precision": "32-true"}
+    h100 = {"env_device": "NVIDIA H100 80GB HBM3", "env_processor": "Intel(R) Xeon(R) Processor",
+            "env_precision": "32-true"}
+    loads = [f"4:{report(tmp_path / 'l4', {mha: 8}, xeon)}", f"8:{report(tmp_path / 'l8', {mha: 8}, xeon)}",
+             f"16:{report(tmp_path / 'l16', {mha: 8}, h100)}", f"32:{report(tmp_path / 'l32', {mha: 8})}"]
+    capacity_curve.main([*loads, "--out", str(tmp_path / "out")])
+    assert ("ran on loads 4, 8: Intel(R) Xeon(R) Processor (family 6 model 167, avx512), 32-true; load 16: NVIDIA "
+            "H100 80GB HBM3, 32-true; load 32: machine not recorded, precision not recorded") in capsys.readouterr().out
+    with open(tmp_path / "out" / "capacity_curve.csv") as f:
+        assert [r["ran_on"] for r in csv.DictReader(f)][1:3] == ["Intel(R) Xeon(R) Processor (family 6 model 167, "
+                                                                 "avx512), 32-true", "NVIDIA H100 80GB HBM3, 32-true"]

@@ -66,6 +66,14 @@ def cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return f"{name} ({kind})" if kind else name
 
 
+def machine(environment: dict) -> str:
+    """What a run's numerics ran on, from its environment (a summary's, or runs.csv's env_* columns without the
+    prefix): its GPU where it had one (device), else its CPU (processor, as cpu_name names this one, so the two
+    compare)."""
+    device = environment.get("device")
+    return str(device if device not in (None, "", "cpu") else environment.get("processor"))
+
+
 MAX_BYTES = 64 * 2**20  # a summary of a 1000-layer x 1000-head model is far below this
 MAX_DEPTH = 12
 MAX_HEADS = 1 << 16  # layers x heads of a per-head matrix
