@@ -298,8 +298,8 @@ def plan(experiment: str, stratum: list[str], config_dir: str | None = None) -> 
     return p
 
 
-SAME_ARM = ("trainer.precision",)  # keys a numerics sets that the report must not read as an arm (torch_threads and
-#   hydra.* are never arms)
+SAME_ARM = ("trainer", "trainer.precision")  # keys a numerics sets that the report must not read as an arm: the
+#   device (trainer=gpu, where a stage ran again whole on a CPU) and the precision; torch_threads, hydra.* never are
 
 
 def analysis_env() -> dict:

@@ -97,6 +97,20 @@ def test_same_arm_keys_make_no_arm_of_their_own(sweep):
     with pytest.raises(ConfigError, match="--same-arm trainer.nonexistent: not a key of these runs' configs"):
         report([sweep], plots=False, same_arm=("trainer.nonexistent",))
 
+    # a stage run again on another kind of device (run_design --set-aside: stage A with trainer=gpu, stage B on a
+    # CPU) is the same arm too under --same-arm trainer, as scripts/run_design.py reports its designs
+    d = sweep / "7"
+    d.mkdir()
+    write_summary(d, RunSummary(status="ok", task="bbc_news", objective="classification",
+                                overrides=["optim.lr=0.1", "seed=10", "trainer=gpu"],
+                                config={"seed": 10, "trainer": {"accelerator": "gpu", "precision": "32-true"}},
+                                metrics={"val/acc": 0.8, "val/loss": 1.0}, test_metrics={"test/acc": 0.8}))
+    given = parse(ReportOptions, ["d", "--same-arm", "trainer,trainer.precision"]).same_arm
+    assert given == ["trainer", "trainer.precision"]
+    arms = report([sweep], plots=False, same_arm=tuple(given))["arms"]
+    assert {a.label: sum(len(c.runs) for c in a.cells.values()) for a in arms} == {"optim.lr=0.1": 4,
+                                                                                    "optim.lr=0.2": 2}
+
 
 def test_numerics_refuses_what_it_would_ignore_and_a_report_given_twice(sweep, tmp_path):
     r = report([sweep], plots=False)
