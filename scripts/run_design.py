@@ -190,14 +190,18 @@ def set_aside(done: dict, group: str, here: str, task: str) -> list[str]:
     """Set aside the stages of one numerics (`group`: stage B or a second numerics) of one stratum whose runs ran on
     another machine than `here`, so that it runs again whole here, every arm on this machine at its frozen choice:
     each stage is kept as "set-aside <stage>" with its machines, which no report reads. Returns the stages set aside
-    (none when that was done before and its runs here resume); ValueError says why it cannot be: stage A (the
-    choice, which may span machines), a numerics with no runs or whose runs all ran here (resume it instead), or
-    one set aside before whose new runs ran on yet another machine (resume them there)."""
+    (none when that was done before and its runs here resume, or its new runs finished elsewhere: each stage has its
+    folder, so nothing of it runs here; an arm not yet begun still meets machine_clash); ValueError says why it
+    cannot be: stage A (the choice, which may span machines), a numerics with no runs or whose runs all ran here
+    (resume it instead), or one set aside before whose new runs, unfinished, ran on yet another machine (resume them
+    there)."""
     if group == "A":
         raise ValueError("--set-aside A: stage A only chooses and may span machines; name B or a second numerics")
     ran = group_machines(done, group, task)
     before = any(n.startswith(f"set-aside {group} ") for n in done)
-    if before and ran <= {here}:
+    finished = all(stage.get("dir") for n, stage in done.items()
+                   if isinstance(stage, dict) and n.split(" ")[0] == group)
+    if before and (ran <= {here} or finished):
         return []
     if before:
         raise ValueError(f"--set-aside {group}: set aside once already, and its new runs ran on "

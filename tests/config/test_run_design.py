@@ -601,5 +601,9 @@ def test_a_stranded_numerics_is_set_aside_and_runs_again_whole_here(tmp_path, mo
     assert run_design.set_aside(done, "threads2", xeon, "exp") == [] and json.dumps(done) == before  # a resume
     with pytest.raises(ValueError, match="set aside once already, and its new runs ran on .*family 6.*resume them"):
         run_design.set_aside(done, "threads2", "AMD EPYC (family 25 model 17, avx512)", "exp")
+    done["threads2 attention.n_kv_heads=4"]["dir"] = "logs/exp/multiruns/s4"  # its new runs finished on the Xeon:
+    before = json.dumps(done)  # on a third machine nothing of it runs again, so the same option there is no error
+    assert run_design.set_aside(done, "threads2", "NVIDIA H200", "exp") == [] and json.dumps(done) == before
+    assert run_design.machine_clash(done, "threads2 attention.n_kv_heads=4", "exp", "NVIDIA H200") is not None
     assert run_design.set_aside(done, "B", xeon, "exp") == ["B attention.n_kv_heads=4"]  # the verdict's numerics too
     assert done["set-aside B attention.n_kv_heads=4"]["ran_on"] == [zen3]
