@@ -12,7 +12,6 @@
 # again with SET_ASIDE=B STRATA='0 1').
 set -eu
 OUT=${1:?usage: experiments/gpu/resume_kv_capacity.sh OUT_DIR}
-SRC=experiments/kv_capacity/gpu-h100
 python3 - "$OUT" experiments/kv_capacity <<'EOF'
 import json, shutil, sys
 from pathlib import Path

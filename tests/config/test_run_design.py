@@ -229,6 +229,7 @@ def test_a_report_prints_the_command_it_runs(monkeypatch, capsys, tmp_path):
     assert printed.startswith(f"$ mhalab report {tmp_path / 'A'} {tmp_path / 'B'} --out")
     assert printed.split()[2:] == ran[0][3:] and ran[0][-2:] == ["--baseline", "attention.n_kv_heads=4"]
 
+
 def _from_a_terminal() -> None:
     """A runner started from a terminal: SIGHUP at its default, also where pytest itself runs under nohup (which
     every child would inherit as ignored, and the runner then rightly lets a hang-up pass)."""
