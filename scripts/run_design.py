@@ -199,9 +199,8 @@ def set_aside(done: dict, group: str, here: str, task: str) -> list[str]:
         raise ValueError("--set-aside A: stage A only chooses and may span machines; name B or a second numerics")
     ran = group_machines(done, group, task)
     before = any(n.startswith(f"set-aside {group} ") for n in done)
-    finished = all(stage.get("dir") for n, stage in done.items()
-                   if isinstance(stage, dict) and n.split(" ")[0] == group)
-    if before and (ran <= {here} or finished):
+    names = [n for n, stage in done.items() if isinstance(stage, dict) and n.split(" ")[0] == group]
+    if before and (ran <= {here} or all(done[n].get("dir") for n in names)):  # resumed here, or finished elsewhere
         return []
     if before:
         raise ValueError(f"--set-aside {group}: set aside once already, and its new runs ran on "
@@ -210,7 +209,6 @@ def set_aside(done: dict, group: str, here: str, task: str) -> list[str]:
         raise ValueError(f"--set-aside {group}: this stratum has no {group} runs to set aside")
     if ran == {here}:
         raise ValueError(f"--set-aside {group}: its runs ran on this machine ({here}); resume them instead")
-    names = [n for n, stage in done.items() if isinstance(stage, dict) and n.split(" ")[0] == group]
     for name in names:
         done[f"set-aside {name}"] = {**done.pop(name), "ran_on": sorted(ran), "set_aside_on": here}
     return names
@@ -315,11 +313,15 @@ def analysis_env() -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), *kept])}
 
 
+def run_report(*args: str) -> None:
+    """`mhalab report ARGS` with this checkout's analysis, printed first as a user types it (the design's log)."""
+    print("$ mhalab report " + " ".join(args), flush=True)
+    subprocess.run([*tuned_sweep.MHALAB, "report", *args], check=True, env=analysis_env())
+
+
 def report(dirs: list[Path], out: Path, baseline: str | None) -> None:
-    cmd = [*tuned_sweep.MHALAB, "report", *map(str, dirs), "--out", str(out), "--same-arm", ",".join(SAME_ARM),
-           *(["--baseline", baseline] if baseline else [])]
-    print("$ mhalab " + " ".join(cmd[3:]), flush=True)  # the command as a user types it
-    subprocess.run(cmd, check=True, env=analysis_env())
+    run_report(*map(str, dirs), "--out", str(out), "--same-arm", ",".join(SAME_ARM),
+               *(["--baseline", baseline] if baseline else []))
 
 
 def censored_baseline(a_dir: Path, baseline: str | None, threshold: float | None) -> str | None:
@@ -411,9 +413,7 @@ def run_stratum(experiment: str, stratum: list[str], p: dict, numerics: list[str
         report([a_dir, *dirs], folder / f"report-{name}", p["baseline"])
     made = [folder / f"report-{name}" / "report.json" for name, _, seeds in runs if seeds]
     if len(made) > 1:  # each verdict stable or flipping across the numerics (stability.md beside the reports)
-        cmd = [*tuned_sweep.MHALAB, "report", "--numerics", *map(str, made), "--out", str(folder)]
-        print("$ mhalab " + " ".join(cmd[3:]), flush=True)
-        subprocess.run(cmd, check=True, env=analysis_env())
+        run_report("--numerics", *map(str, made), "--out", str(folder))
 
 
 def main(argv: list[str]) -> None:
