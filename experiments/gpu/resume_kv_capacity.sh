@@ -8,8 +8,8 @@
 # a CPU, and a CPU's second numerics, avx2 or threads2), each load's later state.json naming the stages it set aside,
 # the numerics it ran and the machine each stage ran on. Each finished stage is copied to
 # OUT/stratum-<i>/logs/kv_capacity/multiruns/<folder> and named in that stratum's state.json as
-# scripts/run_design.py records it. What runs next: load 4's stage B again whole where no CPU finished it
-# (SET_ASIDE=B), then each load's numerics not yet run (--numerics bf16 on a GPU).
+# scripts/run_design.py records it. What runs next: each load's numerics not yet run (since 2026-12-05 the bf16
+# numerics of loads 4 and 8, on a GPU; every other stage of the design is done).
 set -eu
 OUT=${1:?usage: experiments/gpu/resume_kv_capacity.sh OUT_DIR}
 python3 - "$OUT" experiments/kv_capacity <<'EOF'
