@@ -28,8 +28,19 @@ METRIC = "test/acc"
 COLUMNS = ["arm", "load", "runs", "reached", "mean_test_acc", "solved", "ran_on"]
 
 
+def numerics(env: dict) -> str:
+    """A run's machine and numerics from its env_* columns: the GPU or CPU, the precision and, on a CPU, the ATen
+    kernels and the torch threads (what a CPU's second numerics changes)."""
+    where = machine(env) if env.get("device") or env.get("processor") else "machine not recorded"
+    parts = [where, env.get("precision") or "precision not recorded"]
+    if env.get("device") == "cpu":
+        parts += [f"{env['cpu_capability']} kernels"] if env.get("cpu_capability") else []
+        parts += [f"{env['torch_threads']} threads"] if env.get("torch_threads") not in (None, "", "1") else []
+    return ", ".join(parts)
+
+
 def read(loads: list[str]) -> list[dict]:
-    """Every tested run of every load: {arm, load, seed, reached, test/acc, ran_on (its machine and precision)}."""
+    """Every tested run of every load: {arm, load, seed, reached, test/acc, ran_on (its machine and numerics)}."""
     out = []
     for item in loads:
         load, sep, folder = item.partition(":")
@@ -42,10 +53,8 @@ def read(loads: list[str]) -> list[dict]:
             for r in csv.DictReader(f):
                 if r["in_verdicts"] == "True":
                     env = {k.removeprefix("env_"): v for k, v in r.items() if k.startswith("env_")}
-                    where = machine(env) if env.get("device") or env.get("processor") else "machine not recorded"
                     out.append({"arm": r["arm"], "load": int(load), "seed": int(r["seed"]),
-                                "reached": r["reached"] == "True", METRIC: float(r[METRIC]),
-                                "ran_on": f"{where}, {env.get('precision') or 'precision not recorded'}"})
+                                "reached": r["reached"] == "True", METRIC: float(r[METRIC]), "ran_on": numerics(env)})
     if not out:
         sys.exit("no tested runs (in_verdicts) in these reports")
     return out

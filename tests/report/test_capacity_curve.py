@@ -84,3 +84,15 @@ def test_the_figure_and_table_name_the_machine_of_each_load(tmp_path, capsys):
     with open(tmp_path / "out" / "capacity_curve.csv") as f:
         assert [r["ran_on"] for r in csv.DictReader(f)][1:3] == ["Intel(R) Xeon(R) Processor (family 6 model 167, "
                                                                  "avx512), 32-true", "NVIDIA H100 80GB HBM3, 32-true"]
+
+
+def test_a_cpu_load_names_its_kernels_and_threads(tmp_path, capsys):
+    """A CPU's second numerics (ATEN_CPU_CAPABILITY=avx2, or 2 threads) runs on the same processor in the same
+    precision: the figure tells the loads apart by the kernels and threads each run recorded."""
+    mha = "attention.n_kv_heads=4"
+    epyc = {"env_device": "cpu", "env_processor": "AMD EPYC (family 25 model 17, avx512)", "env_precision": "32-true"}
+    loads = [f"4:{report(tmp_path / 'l4', {mha: 8}, {**epyc, 'env_cpu_capability': 'AVX2', 'env_torch_threads': 1})}",
+             f"8:{report(tmp_path / 'l8', {mha: 8}, {**epyc, 'env_cpu_capability': 'AVX512', 'env_torch_threads': 2})}"]
+    capacity_curve.main([*loads, "--out", str(tmp_path / "out")])
+    assert ("ran on load 4: AMD EPYC (family 25 model 17, avx512), 32-true, AVX2 kernels; load 8: AMD EPYC (family 25 "
+            "model 17, avx512), 32-true, AVX512 kernels, 2 threads") in capsys.readouterr().out
